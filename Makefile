@@ -1,0 +1,54 @@
+# The two commands of the README, and their parts.  CMake does the building;
+# this file only strings the steps together.
+#
+#   make demo   install what is missing, build, and show idem at work
+#   make test   the whole suite: Release and ASan+UBSan builds with -Werror,
+#               every CTest test in each, and a short libFuzzer run
+
+JOBS ?= 2
+FUZZ_SECONDS ?= 30
+
+.PHONY: all deps build demo test test-release test-asan fuzz bench install clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DIDEM_WERROR=ON
+	cmake --build build -j $(JOBS)
+
+demo: build
+	@scripts/demo.sh build/idem
+
+test: deps
+	@scripts/install-deps.sh --peers
+	$(MAKE) test-release test-asan fuzz
+
+test-release:
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DIDEM_WERROR=ON
+	cmake --build build -j $(JOBS)
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+test-asan:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DIDEM_WERROR=ON -DIDEM_SANITIZE=ON
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j $(JOBS)
+
+# A short coverage-guided run of each target from the committed corpus.
+fuzz:
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_FUZZ=ON -DIDEM_TESTS=OFF
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_canon fuzz_key
+	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+bench: build
+	@scripts/install-deps.sh --peers
+	build/idem bench
+
+install: build
+	cmake --install build
+
+clean:
+	rm -rf build build-asan build-fuzz

@@ -1,0 +1,311 @@
+/*
+** idem.h - the public interface of libidem.
+**
+** idem makes the side-effecting tool calls of AI agents take effect at most
+** once.  This header is the whole contract of the library: what is not
+** declared here is not API.  Its comments are the reference documentation.
+**
+** Conventions (after SQLite, libuv and jansson):
+**   - Fallible functions return an int status: IDEM_OK (0) or one of the
+**     IDEM_* codes below.  Codes are append-only and never renumbered.
+**   - Handles are opaque, opened by idem_X_open() and released by
+**     idem_X_close(), which accepts NULL.  An opener stores the handle even
+**     on failure (when memory allowed one) so its message can be read.
+**   - Detail about the last failure lives on the handle (idem_canon_errmsg),
+**     valid until the next call on that handle.  There is no global error.
+**   - Bytes travel as (pointer, length); NUL-terminated strings are used only
+**     for names and ids.  Returned pointers say how long they are borrowed.
+**   - A handle must not be used by two threads at once; distinct handles are
+**     independent.  Nothing in the library keeps global mutable state except
+**     the allocator set by idem_set_alloc_funcs().
+*/
+#ifndef IDEM_H
+#define IDEM_H
+
+#include <stddef.h>
+
+#include "idem_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(IDEM_BUILDING) && defined(__GNUC__)
+#define IDEM_API __attribute__((visibility("default")))
+#else
+#define IDEM_API
+#endif
+
+/*
+** Status codes.  One table yields the enum, idem_strerror() and
+** idem_status_name(): X(SUFFIX, value, name, description).
+*/
+#define IDEM_STATUS_MAP(X)                                                     \
+  X(OK, 0, "ok", "not an error")                                               \
+  X(ERROR, 1, "error", "unspecified error")                                    \
+  X(NOMEM, 2, "nomem", "out of memory")                                        \
+  X(MISUSE, 3, "misuse", "library used incorrectly")                           \
+  X(INVALID, 4, "invalid", "invalid argument")                                 \
+  X(RANGE, 5, "range", "value out of range")                                   \
+  X(IO, 6, "io", "input/output error")                                         \
+  X(JSON_SYNTAX, 20, "syntax", "JSON syntax error")                            \
+  X(JSON_TRAILING, 21, "trailing", "trailing bytes after the JSON text")       \
+  X(JSON_UTF8, 22, "utf8", "invalid UTF-8")                                    \
+  X(JSON_SURROGATE, 23, "surrogate", "unpaired surrogate escape")              \
+  X(JSON_DUPLICATE, 24, "duplicate", "duplicate member name")                  \
+  X(JSON_OVERFLOW, 25, "overflow", "number overflows the double range")        \
+  X(JSON_UNDERFLOW, 26, "underflow", "non-zero number underflows to zero")     \
+  X(JSON_BIGINT, 27, "bigint", "integer literal beyond 2^53")                  \
+  X(JSON_DEPTH, 28, "depth", "nesting too deep")                               \
+  X(JSON_TOOBIG, 29, "too_big", "text too large")                              \
+  X(JSON_BOM, 30, "bom", "byte-order mark")                                    \
+  X(NOT_OBJECT, 31, "not_object", "tool arguments are not a JSON object")      \
+  X(POLICY, 40, "policy", "invalid policy")                                    \
+  X(NOTFOUND, 41, "notfound", "no such record")                                \
+  X(STORE, 42, "store", "the attempt log failed")                              \
+  X(BUSY, 43, "busy", "the attempt log is locked")                             \
+  X(CORRUPT, 44, "corrupt", "the attempt log is damaged or not a log")         \
+  X(STALE, 45, "stale", "a stale fencing token")
+
+typedef enum idem_status {
+#define IDEM__ENUM(suffix, value, name, text) IDEM_##suffix = value,
+  IDEM_STATUS_MAP(IDEM__ENUM)
+#undef IDEM__ENUM
+      IDEM__STATUS_END
+} idem_status;
+
+/* A sentence describing status code rc ("unknown status" for others).
+** Static storage. */
+IDEM_API const char *idem_strerror(int rc);
+
+/* The short machine name of rc ("duplicate", "too_big", ...), as used in
+** JSON error reports; "unknown" for codes this version does not know. */
+IDEM_API const char *idem_status_name(int rc);
+
+/* The run-time version: IDEM_VERSION_STRING and IDEM_VERSION_NUMBER of the
+** library actually linked, which may differ from the header's. */
+IDEM_API const char *idem_version(void);
+IDEM_API unsigned idem_version_number(void);
+
+/*
+** Memory.  Every allocation of the library goes through these three
+** functions.  Replace them before any handle is opened (not thread-safe
+** against concurrent use); passing NULLs restores the C library's.  The
+** test suite uses this to fail the Nth allocation.
+*/
+typedef void *(*idem_malloc_fn)(size_t size);
+typedef void *(*idem_realloc_fn)(void *ptr, size_t size);
+typedef void (*idem_free_fn)(void *ptr);
+IDEM_API void idem_set_alloc_funcs(idem_malloc_fn m, idem_realloc_fn r,
+                                   idem_free_fn f);
+
+/* ---------------------------------------------------------------------------
+** Canonical JSON (RFC 8785).
+**
+** An idem_canon is a reusable workspace: it owns the output and scratch
+** buffers, the limits, and the message of the last failure.  Reusing one
+** handle for many texts avoids allocation after the first few.
+*/
+typedef struct idem_canon idem_canon;
+
+/* Defaults of the two limits. */
+#define IDEM_DEFAULT_MAX_DEPTH 128
+#define IDEM_DEFAULT_MAX_BYTES (1024u * 1024u)
+
+/* Open a workspace.  *out is set to the handle, or NULL when even that could
+** not be allocated (IDEM_NOMEM). */
+IDEM_API int idem_canon_open(idem_canon **out);
+
+/* Release a workspace and everything it lent.  NULL is a no-op. */
+IDEM_API void idem_canon_close(idem_canon *c);
+
+/* Limits, by idem_canon_limit(c, which, value). */
+enum idem_limit {
+  IDEM_LIMIT_DEPTH = 1, /* deepest nesting of arrays and objects (128) */
+  IDEM_LIMIT_BYTES = 2  /* largest input text in bytes (1 MiB)         */
+};
+
+/* Set a limit; value must be at least 1 (IDEM_RANGE otherwise) and at most
+** SIZE_MAX / 16 for bytes and 1,000,000 for depth.  Returns IDEM_OK,
+** IDEM_RANGE, IDEM_INVALID (unknown `which`) or IDEM_MISUSE. */
+IDEM_API int idem_canon_limit(idem_canon *c, int which, size_t value);
+
+/*
+** Canonicalize one JSON text (any value, not only objects) of len bytes.
+** On IDEM_OK, *out points at the canonical bytes (not NUL-terminated) and
+** *out_len is their length; the bytes are borrowed until the next call on c.
+** On failure *out is NULL, *out_len 0, and the code is one of the
+** IDEM_JSON_* codes (or IDEM_NOMEM / IDEM_MISUSE); idem_canon_errmsg() says
+** what and idem_canon_erroffset() at which byte offset (0-based) of text.
+*/
+IDEM_API int idem_canon_json(idem_canon *c, const char *text, size_t len,
+                             const char **out, size_t *out_len);
+
+/* The message of the last failure on c ("" after a success), such as
+** `duplicate member name "amount" at byte 31`.  Borrowed until the next
+** call on c.  Never NULL, even for c == NULL. */
+IDEM_API const char *idem_canon_errmsg(const idem_canon *c);
+
+/* The byte offset (0-based) of the last failure on c, 0 after a success. */
+IDEM_API size_t idem_canon_erroffset(const idem_canon *c);
+
+/* ---------------------------------------------------------------------------
+** Idempotency keys (SPEC §3).
+**
+**   payload     = canonical {"args": ARGS, "tool": TOOL}
+**   fingerprint = hex(SHA-256(payload)), 64 lowercase hex digits
+**   key         = pct(SESSION) ":" pct(CALL) ":" fingerprint[0..16]
+**
+** pct() percent-encodes every byte outside A-Z a-z 0-9 - . _ ~ as %XX with
+** uppercase hex.  A key longer than key_max_len becomes "h:" followed by the
+** 64-hex SHA-256 of the long form.  When key_arg is named, that member of
+** ARGS is removed before fingerprinting (the caller writes the key there on
+** the way downstream).
+*/
+
+/* One decision to call a tool, as the harness sees it. */
+typedef struct idem_call {
+  const char *session; /* the harness's run id, non-empty          */
+  const char *call_id; /* the model's tool-call id, non-empty      */
+  const char *tool;    /* the tool's name, non-empty UTF-8         */
+  const char *args;    /* the arguments: a JSON object text ...    */
+  size_t args_len;     /* ... of this many bytes                   */
+} idem_call;
+
+/* How a tool's keys are made; a NULL spec means the defaults. */
+typedef struct idem_keyspec {
+  const char *key_arg; /* member of the arguments holding the key, or NULL */
+  size_t key_max_len;  /* 0 means the default, 255                         */
+} idem_keyspec;
+
+#define IDEM_DEFAULT_KEY_MAX_LEN 255u
+
+/* A minted key.  Every pointer is borrowed from the idem_canon that minted
+** it, until the next call on that handle; key, payload and args are also
+** NUL-terminated for convenience. */
+typedef struct idem_key {
+  const char *key; /* the idempotency key                      */
+  size_t key_len;
+  const char *payload; /* canonical {"args":...,"tool":...}        */
+  size_t payload_len;
+  const char *args; /* canonical arguments, key_arg removed     */
+  size_t args_len;
+  char fingerprint[65]; /* 64 lowercase hex digits and a NUL        */
+} idem_key;
+
+/*
+** Mint the key of one call.  Fails with IDEM_INVALID (an empty or missing
+** session, call id or tool, or a tool name that is not UTF-8), an IDEM_JSON_*
+** code for bad arguments, IDEM_NOT_OBJECT when the arguments are valid JSON
+** but not an object, or IDEM_NOMEM; the message and offset are on c.
+** On failure *out is zeroed.
+*/
+IDEM_API int idem_key_mint(idem_canon *c, const idem_call *call,
+                           const idem_keyspec *spec, idem_key *out);
+
+/*
+** Mint the key of a call given as one JSON object text with exactly the
+** members "session", "call", "tool" (strings) and "args" (an object) - the
+** form `idem key --lines` reads.  Offsets in messages refer to text.
+*/
+IDEM_API int idem_key_mint_json(idem_canon *c, const char *text, size_t len,
+                                const idem_keyspec *spec, idem_key *out);
+
+/* Free memory the library handed over with "free with idem_free()". */
+IDEM_API void idem_free(void *p);
+
+/* ---------------------------------------------------------------------------
+** Policy (SPEC §8): which tools are guarded, and how.  The file format and
+** every field are documented in docs/POLICY.md.
+*/
+typedef struct idem_policy idem_policy;
+
+/* How a tool is treated. */
+enum idem_class {
+  IDEM_CLASS_GUARDED = 1,    /* irreversible: through the guard            */
+  IDEM_CLASS_IDEMPOTENT = 2, /* safe to repeat: run with retries, no record */
+  IDEM_CLASS_READ_ONLY = 3,  /* run as is, nothing recorded                */
+  IDEM_CLASS_REFUSED = 4     /* not allowed (unknown tool, by default)     */
+};
+
+/*
+** Read and validate a policy from a file (idem_policy_load) or from text
+** (idem_policy_parse; origin names it in messages).  Validation is strict:
+** unknown fields, wrong types and impossible combinations are IDEM_POLICY
+** errors whose message names the field (`tools.refund.timeout_ms: ...`).
+** *out is set even on failure (unless memory ran out) so that
+** idem_policy_errmsg() can be read; free it with idem_policy_free().
+*/
+IDEM_API int idem_policy_load(const char *path, idem_policy **out);
+IDEM_API int idem_policy_parse(const char *text, size_t len, const char *origin,
+                               idem_policy **out);
+IDEM_API void idem_policy_free(idem_policy *p);
+IDEM_API const char *idem_policy_errmsg(const idem_policy *p);
+
+/* The class of tool under p; a NULL policy guards every tool with the
+** default settings (what `idem exec` does without --policy). */
+IDEM_API int idem_policy_class(const idem_policy *p, const char *tool);
+
+/* In words: what "the same action" means for tool and what happens on a
+** timeout.  *out is a NUL-terminated text; free it with idem_free(). */
+IDEM_API int idem_policy_explain(const idem_policy *p, const char *tool,
+                                 char **out);
+
+/* ---------------------------------------------------------------------------
+** The attempt log (SPEC §5): one record per action (session, call id).
+*/
+
+/* States of an action.  Terminal: SUCCEEDED, FAILED, DEDUPLICATED. */
+enum idem_state {
+  IDEM_STATE_PENDING = 1,     /* write-ahead record durable, owner leased */
+  IDEM_STATE_SUCCEEDED = 2,   /* applied, result recorded                 */
+  IDEM_STATE_FAILED = 3,      /* definite failure, nothing applied        */
+  IDEM_STATE_NOT_APPLIED = 4, /* certainly not applied; may retry         */
+  IDEM_STATE_IN_DOUBT = 5,    /* outcome unknown: reconcile               */
+  IDEM_STATE_DEDUPLICATED = 6 /* a new call id the fence resolved to an   */
+                              /* earlier action (duplicate_of)            */
+};
+
+/* How a record got its outcome. */
+enum idem_resolution {
+  IDEM_RESOLVED_NONE = 0,
+  IDEM_RESOLVED_EXECUTED = 1,   /* the downstream call answered        */
+  IDEM_RESOLVED_RECONCILED = 2, /* a status check answered             */
+  IDEM_RESOLVED_LATE = 3,       /* a result that came after the deadline */
+  IDEM_RESOLVED_REPLAYED = 4    /* copied from the action it duplicates */
+};
+
+/* Names of states and resolutions ("in_doubt", "late"); "?" otherwise. */
+IDEM_API const char *idem_state_name(int state);
+IDEM_API const char *idem_resolution_name(int resolution);
+
+/* One record.  Strings are NUL-terminated and owned by the record; optional
+** ones are NULL when absent.  Times are milliseconds since the Unix epoch. */
+typedef struct idem_record {
+  char *session, *call_id, *tool;
+  char *fingerprint;     /* 64 hex                                     */
+  char *key;             /* the idempotency key                        */
+  char *args;            /* canonical arguments (key_arg removed)      */
+  char *fence_key;       /* the fence scope digest, or NULL            */
+  int cls;               /* enum idem_class                            */
+  int state;             /* enum idem_state                            */
+  int attempts;          /* downstream attempts made                   */
+  char *owner;           /* "host:pid:start" of the lease holder       */
+  long long lease_until; /* when the owner's lease ends                */
+  long long token;       /* fencing token, +1 on every takeover        */
+  char *result;          /* the downstream result (JSON), or NULL      */
+  char *error;           /* error text, or NULL                        */
+  long long created, updated, expires;
+  int resolution;     /* enum idem_resolution                       */
+  int delivered;      /* the model has been told the outcome        */
+  char *duplicate_of; /* DEDUPLICATED: the call id it repeats       */
+} idem_record;
+
+/* Free a record from the library.  NULL is a no-op. */
+IDEM_API void idem_record_free(idem_record *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IDEM_H */

@@ -1,0 +1,45 @@
+#!/bin/sh
+# What idem does today, in one minute: the same decision gets the same key
+# however the model formats its arguments; a new decision gets a new one;
+# bad input is refused with what and where.
+#   scripts/demo.sh PATH_TO_IDEM
+set -u
+idem=${1:-build/idem}
+if [ -t 1 ]; then B=$(printf '\033[1m'); G=$(printf '\033[32m'); R=$(printf '\033[31m'); N=$(printf '\033[0m'); else B= G= R= N=; fi
+fail=0
+step() { printf '\n%s%s%s\n' "$B" "$1" "$N"; }
+show() { printf '  $ %s\n' "$*"; "$@" 2>&1 | sed 's/^/    /'; }
+expect_same() { if [ "$1" = "$2" ]; then printf '  %ssame key%s\n' "$G" "$N"; else printf '  %sDIFFERENT keys: %s / %s%s\n' "$R" "$1" "$2" "$N"; fail=1; fi; }
+expect_diff() { if [ "$1" != "$2" ]; then printf '  %snew key%s\n' "$G" "$N"; else printf '  %sSAME key: %s%s\n' "$R" "$1" "$N"; fail=1; fi; }
+
+step "1. The model asks for a refund (session sess_1, tool-call id toolu_7)."
+args='{"order_id":"ord_1","amount_cents":6000,"reason":"late delivery"}'
+show "$idem" key --json --session sess_1 --call toolu_7 --tool refund_payment "$args"
+k1=$("$idem" key --session sess_1 --call toolu_7 --tool refund_payment "$args")
+
+step "2. The transport retries with the arguments reformatted (order, spaces, 6000.0)."
+args2='{ "reason": "late delivery", "amount_cents": 6000.0, "order_id": "ord_1" }'
+show "$idem" key --session sess_1 --call toolu_7 --tool refund_payment "$args2"
+k2=$("$idem" key --session sess_1 --call toolu_7 --tool refund_payment "$args2")
+expect_same "$k1" "$k2"
+
+step "3. The model put its own idempotency key in the arguments: code, not the model, mints keys."
+args3='{"order_id":"ord_1","amount_cents":6000,"reason":"late delivery","idempotency_key":"model-made-up"}'
+show "$idem" key --key-arg idempotency_key --session sess_1 --call toolu_7 --tool refund_payment "$args3"
+k3=$("$idem" key --key-arg idempotency_key --session sess_1 --call toolu_7 --tool refund_payment "$args3")
+expect_same "$k1" "$k3"
+
+step "4. A genuinely new decision days later (call id toolu_9): a new key, so it can go through."
+show "$idem" key --session sess_1 --call toolu_9 --tool refund_payment "$args"
+k4=$("$idem" key --session sess_1 --call toolu_9 --tool refund_payment "$args")
+expect_diff "$k1" "$k4"
+
+step "5. Bad arguments are refused, saying what and where; nothing would run."
+show "$idem" key --session sess_1 --call toolu_8 --tool refund_payment '{"order_id":"ord_1","amount_cents":6000,"amount_cents":600}'
+show "$idem" key --session sess_1 --call toolu_8 --tool refund_payment '{"order_id":"ord_1","amount_cents":12345678901234567890}'
+
+step "6. RFC 8785 canonical JSON, the form the fingerprint is taken of."
+printf '%s\n' '{"b":[1E3,0.1e-6,"\u00e9\u0041"],"a":-0.0}' '{"a":1,"a":2}' | "$idem" canon --lines 2>&1 | sed 's/^/    /'
+
+if [ $fail -eq 0 ]; then printf '\n%sdemo: every check held%s\n' "$G" "$N"; else printf '\n%sdemo: a check failed%s\n' "$R" "$N"; fi
+exit $fail

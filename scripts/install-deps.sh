@@ -1,0 +1,33 @@
+#!/bin/sh
+# Install what building and testing idem needs on Debian, and nothing that is
+# already there.  Safe to run again; uses sudo when not root.
+#
+#   scripts/install-deps.sh          build and test dependencies
+#   scripts/install-deps.sh --peers  also the npm test peers (tests/peers)
+set -eu
+
+PKGS="gcc make cmake pkg-config libssl-dev python3 clang libclang-rt-dev"
+command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
+command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
+
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing="$missing $p"
+done
+
+if [ -n "$missing" ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "install-deps: installing$missing"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
+
+if [ "${1:-}" = "--peers" ]; then
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  if [ ! -d "$here/tests/peers/node_modules/canonicalize" ]; then
+    echo "install-deps: installing the npm test peers"
+    (cd "$here/tests/peers" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi

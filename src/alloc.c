@@ -1,0 +1,28 @@
+/*
+** alloc.c - all heap use of libidem goes through here.
+**
+** Keeping one door lets users plug in their own allocator and lets the test
+** suite fail the Nth allocation (tests/test_alloc.c), proving that every
+** out-of-memory path returns IDEM_NOMEM and leaks nothing.
+*/
+#include <stdlib.h>
+
+#include "idemInt.h"
+
+static idem_malloc_fn g_malloc = malloc;
+static idem_realloc_fn g_realloc = realloc;
+static idem_free_fn g_free = free;
+
+void idem_set_alloc_funcs(idem_malloc_fn m, idem_realloc_fn r, idem_free_fn f) {
+  g_malloc = m ? m : malloc;
+  g_realloc = r ? r : realloc;
+  g_free = f ? f : free;
+}
+
+void *idem__malloc(size_t n) { return g_malloc(n ? n : 1); }
+
+void *idem__realloc(void *p, size_t n) { return g_realloc(p, n ? n : 1); }
+
+void idem__free(void *p) {
+  if (p) g_free(p);
+}

@@ -1,0 +1,310 @@
+/*
+** idemInt.h - the one private header of libidem.
+**
+** Everything declared here is internal: names are idem__ (two underscores),
+** symbols are hidden by -fvisibility=hidden, and nothing here is API.  The
+** public contract is include/idem.h alone.
+*/
+#ifndef IDEM_INT_H
+#define IDEM_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "idem.h"
+
+#define IDEM__MAGIC_DEAD 0xdeadbeefu
+
+#if defined(__GNUC__)
+#define IDEM__LIKELY(x) __builtin_expect(!!(x), 1)
+#define IDEM__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define IDEM__LIKELY(x) (x)
+#define IDEM__UNLIKELY(x) (x)
+#endif
+
+/* ---- alloc.c: the one place all heap use goes through ------------------ */
+
+void *idem__malloc(size_t n);
+void *idem__realloc(void *p, size_t n);
+void idem__free(void *p);
+
+/* ---- buf.c: growable byte buffers with a hard cap ------------------------ */
+
+/*
+** A byte buffer that grows geometrically up to `cap` bytes and never beyond:
+** asking for more is IDEM_RANGE, failing to allocate is IDEM_NOMEM, and in
+** both cases the contents so far are kept.  (curl's dynbuf is the model.)
+*/
+typedef struct idem__buf {
+  char *p;      /* the bytes (NULL until the first growth)   */
+  size_t len;   /* bytes in use                              */
+  size_t alloc; /* bytes allocated                           */
+  size_t cap;   /* the most this buffer may ever allocate    */
+} idem__buf;
+
+void idem__buf_init(idem__buf *b, size_t cap);
+void idem__buf_free(idem__buf *b);
+/* Make room for `more` bytes past len.  Fast when there is room already. */
+int idem__buf_grow(idem__buf *b, size_t more);
+static inline int idem__buf_reserve(idem__buf *b, size_t more) {
+  return IDEM__LIKELY(b->alloc - b->len >= more) ? IDEM_OK
+                                                 : idem__buf_grow(b, more);
+}
+int idem__buf_append(idem__buf *b, const void *src, size_t n);
+
+/* ---- canon.c: the RFC 8785 canonicalizer --------------------------------- */
+
+/* One member of an object being canonicalized: offsets into the output. */
+typedef struct idem__member {
+  size_t start;  /* the opening quote of the canonical name */
+  size_t colon;  /* the ':' after the name                  */
+  size_t end;    /* one past the canonical value            */
+  size_t in_off; /* the name's offset in the input text     */
+  int escaped;   /* the canonical name holds a backslash    */
+} idem__member;
+
+/* One open array or object. */
+typedef struct idem__frame {
+  size_t out_start; /* its opening bracket in the output      */
+  size_t mem_base;  /* its first member in the member stack   */
+  int is_object;
+} idem__frame;
+
+#define IDEM__CANON_MAGIC 0x1de3ca40u
+
+struct idem_canon {
+  unsigned magic;
+  size_t max_depth, max_bytes;
+  idem__buf out;     /* canonical output                       */
+  idem__buf aux;     /* key minting: payload, key, decoded ids */
+  idem__buf tmp;     /* scratch for reordering members         */
+  idem__member *mem; /* member stack, shared by all levels     */
+  size_t mem_len, mem_cap;
+  idem__frame *stack; /* open containers                        */
+  size_t stack_cap;
+  size_t top_members; /* members of the outermost object, left  */
+                      /* in mem[0..] in canonical order         */
+  int err;
+  size_t err_off;
+  char errmsg[200];
+  struct evp_md_st *md; /* SHA-256, fetched on first use (key.c) */
+  struct evp_md_ctx_st *mdctx;
+};
+
+/* key.c: release the digest state of a handle. */
+void idem__key_free(idem_canon *c);
+
+/* How one canonicalization runs. */
+typedef struct idem__canon_opt {
+  size_t max_depth;      /* as the limit, or one more for wrappers  */
+  const char *drop_name; /* a member name to remove ...             */
+  size_t drop_len;
+  size_t drop_depth; /* ... from objects at this depth (1 = top)*/
+} idem__canon_opt;
+
+/* Canonicalize text into c->out (reset first).  On success the members of
+** an outermost object are left in c->mem[0..c->top_members) in canonical
+** order.  On failure c->err/err_off/errmsg are set. */
+int idem__canon_run(idem_canon *c, const char *text, size_t len,
+                    const idem__canon_opt *opt);
+
+/* Is member m's decoded name equal to the bytes [raw, raw+n)? */
+int idem__member_is(const idem_canon *c, const idem__member *m, const char *raw,
+                    size_t n);
+
+/* Append the canonical JSON string of the UTF-8 bytes [raw, raw+n) to b.
+** IDEM_JSON_UTF8 with *bad set to the offending offset when not UTF-8. */
+int idem__canon_string(idem__buf *b, const char *raw, size_t n, size_t *bad);
+
+/* Append the decoded content of the canonical JSON string [canon,
+** canon+n) (quotes included) to b, followed by a NUL. */
+int idem__canon_unstring(idem__buf *b, const char *canon, size_t n);
+
+/* For messages that concern no byte of the input. */
+#define IDEM__NO_OFFSET ((size_t)-1)
+
+/* Record a failure on c: code, offset and a printf-style message to which
+** " at byte N" is appended unless off is IDEM__NO_OFFSET.  Returns code. */
+int idem__canon_fail(idem_canon *c, int code, size_t off, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+/* ---- policy.c: the parsed policy ----------------------------------------- */
+
+/* How a status check decides "applied" from its result. */
+enum {
+  IDEM__APPLIED_WHEN_KEY_PRESENT = 1, /* the key appears as a string value */
+  IDEM__APPLIED_WHEN_POINTER = 2      /* the value at pointer == equals    */
+};
+
+typedef struct idem__status_rule {
+  char *tool;       /* status tool (MCP, HTTP), or NULL                   */
+  char *arguments;  /* canonical JSON template: a string "{name}" stands  */
+                    /* for argument `name`, "{$key}" for the key; or NULL */
+  char *command;    /* for idem exec: a shell command, or NULL            */
+  int applied_when; /* IDEM__APPLIED_WHEN_*                               */
+  char *pointer;    /* RFC 6901 JSON pointer, with _POINTER               */
+  char *equals;     /* canonical JSON value, with _POINTER                */
+} idem__status_rule;
+
+#define IDEM__MAX_EXIT_CODES 16
+
+/* Everything the policy says about one tool, defaults filled in. */
+typedef struct idem__tool_rule {
+  char *name;
+  int cls;                      /* enum idem_class                    */
+  int64_t timeout_ms;           /* downstream deadline (30000)        */
+  int64_t retries;              /* transport retries (2)              */
+  int64_t backoff_ms;           /* first retry delay, doubling (200)  */
+  int64_t reconcile_timeout_ms; /* bound on reconciling (timeout_ms)  */
+  int64_t wait_ms;              /* waiting on another owner (2000)    */
+  int provider_dedupes;         /* the provider honours the key (0)   */
+  int64_t provider_key_ttl_s;   /* ... for this long (86400)          */
+  char *key_arg;                /* argument that carries the key      */
+  size_t key_max_len;           /* 255                                */
+  char **fence;                 /* argument names scoping the fence;  */
+  size_t nfence;                /* none: the whole fingerprint        */
+  int fence_global;             /* fence_scope "global" (0: session)  */
+  int64_t repeat_window_s;      /* told outcomes still fence (0)      */
+  int64_t retention_s;          /* records kept this long (604800)    */
+  int has_status;
+  idem__status_rule status;
+  /* exec: exit codes that mean applied / not applied / rejected */
+  int exit_applied[IDEM__MAX_EXIT_CODES], n_exit_applied;         /* 0   */
+  int exit_not_applied[IDEM__MAX_EXIT_CODES], n_exit_not_applied; /* 100 */
+  int exit_rejected[IDEM__MAX_EXIT_CODES], n_exit_rejected;       /* 101 */
+} idem__tool_rule;
+
+#define IDEM__POLICY_MAGIC 0x1de3901cu
+
+struct idem_policy {
+  unsigned magic;
+  int unknown_tools;      /* IDEM_CLASS_REFUSED/GUARDED/READ_ONLY */
+  idem__tool_rule *tools; /* sorted by name                       */
+  size_t ntools;
+  int err;
+  char errmsg[300];
+};
+
+/* Fill r with the defaults for a guarded tool called name (not copied). */
+void idem__rule_defaults(idem__tool_rule *r, const char *name);
+
+/*
+** The rule for tool under p: the policy's own, or for a tool the policy does
+** not name, the defaults with the class of unknown_tools (p == NULL: the
+** defaults, guarded).  The result is borrowed from p, or is *scratch.
+*/
+const idem__tool_rule *idem__policy_rule(const idem_policy *p, const char *tool,
+                                         idem__tool_rule *scratch);
+
+/* ---- store/: the attempt log behind a small vtable ------------------------ */
+
+/*
+** A store keeps records (idem_record) with the semantics of SPEC §5; the
+** guard (guard.c) decides, the store only applies atomic steps.  Every
+** entry point is safe to call from many threads at once on one store, and
+** from many processes on one log.  Backends: store/sqlite.c (sqlite:PATH),
+** later store/pg.c.  Strings passed in are copied; records returned are
+** new (free with idem_record_free).
+*/
+typedef struct idem__store idem__store;
+
+/* What begin found. */
+enum {
+  IDEM__BEGIN_INSERTED = 1, /* new pending record, durable on return  */
+  IDEM__BEGIN_FOUND = 2,    /* (session, call) exists: *found         */
+  IDEM__BEGIN_FENCED = 3    /* an action in the fence scope fences it */
+};
+
+/*
+** A conditional change of one record (compare-and-set).  It applies only
+** when the record's state is in `from` (a bit mask of 1 << IDEM_STATE_*)
+** and, if expect_token >= 0, its token equals expect_token.  Fields with
+** the "keep" value are left alone.
+*/
+typedef struct idem__change {
+  const char *session, *call_id;
+  unsigned from;          /* allowed current states                     */
+  long long expect_token; /* -1: any                                    */
+  int state;              /* new state, 0: keep                         */
+  int attempts_add;       /* added to attempts                          */
+  int take_lease;         /* set owner/lease_until and token = token+1  */
+  const char *owner;
+  long long lease_until;
+  const char *result; /* NULL: keep                                 */
+  const char *error;  /* NULL: keep                                 */
+  int resolution;     /* 0: keep                                    */
+  int delivered;      /* -1: keep                                   */
+  int durable;        /* synced before return (else a later sync)   */
+} idem__change;
+
+/* What to list. */
+typedef struct idem__filter {
+  const char *session; /* NULL: all sessions                         */
+  unsigned states;     /* bit mask of 1 << IDEM_STATE_*; 0: all      */
+  size_t limit;        /* 0: no limit                                */
+} idem__filter;
+
+typedef int (*idem__record_cb)(const idem_record *r, void *ctx);
+
+typedef struct idem__store_vt {
+  const char *scheme; /* "sqlite" */
+  /* The store's clock, milliseconds since the epoch (a shared store uses
+  ** the server's clock, so leases mean the same to every host). */
+  int (*now)(idem__store *st, long long *ms);
+  /*
+  ** Atomically: if (rec->session, rec->call_id) exists, FOUND and *found;
+  ** else if rec->fence_key is set and another action with that fence_key,
+  ** not DEDUPLICATED, is PENDING or IN_DOUBT, or SUCCEEDED and (not
+  ** delivered, or created at or after now - repeat_window_ms), FENCED and
+  ** *found = the newest such; else insert rec (state PENDING, token 1) and
+  ** sync it to disk before returning INSERTED.
+  */
+  int (*begin)(idem__store *st, const idem_record *rec,
+               long long repeat_window_ms, int *what, idem_record **found);
+  /* Insert rec as it is (a DEDUPLICATED record); IDEM__BEGIN_FOUND and
+  ** *found when the action exists already. */
+  int (*insert)(idem__store *st, const idem_record *rec, int *what,
+                idem_record **found);
+  int (*get)(idem__store *st, const char *session, const char *call_id,
+             idem_record **out); /* IDEM_NOTFOUND */
+  /* Apply ch if its condition holds: IDEM_OK and *now the record after it;
+  ** IDEM_STALE and *now the record as it is; IDEM_NOTFOUND.  now may be
+  ** NULL. */
+  int (*change)(idem__store *st, const idem__change *ch, idem_record **now);
+  int (*list)(idem__store *st, const idem__filter *f, idem__record_cb cb,
+              void *ctx);
+  /* Delete terminal records whose expires < now; *n deleted. */
+  int (*gc)(idem__store *st, long long now, size_t *n);
+  /* Count records per state: counts[IDEM_STATE_*]. */
+  int (*stats)(idem__store *st, long long counts[8]);
+  const char *(*errmsg)(idem__store *st);
+  void (*close)(idem__store *st);
+} idem__store_vt;
+
+struct idem__store {
+  const idem__store_vt *vt;
+};
+
+/* Open the store a URL names ("sqlite:PATH"); *out is set even on failure
+** when memory allowed, so its errmsg can be read. */
+int idem__store_open(const char *url, idem__store **out);
+int idem__sqlite_open(const char *path, idem__store **out);
+
+/* ---- dtoa.c: shortest round-trip doubles in ECMAScript form -------------- */
+
+/* Longest text idem__dtoa() writes ("-1.2345678901234567e-308" is 24). */
+#define IDEM__DTOA_MAX 32
+
+/*
+** Write the ECMAScript Number::toString form of the finite double v into
+** buf (at least IDEM__DTOA_MAX bytes, not NUL-terminated) and return its
+** length.  The digits are the shortest that round-trip; -0 gives "0".
+** v must not be NaN or infinite (the canonicalizer rejects those first).
+*/
+size_t idem__dtoa(double v, char *buf);
+
+#endif /* IDEM_INT_H */
