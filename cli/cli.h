@@ -58,23 +58,31 @@ int cli_parse_size(const char *opt, const char *s, size_t lo, size_t hi,
 int cli_read_all(const char *path, size_t max, char **out, size_t *len,
                  int *truncated);
 
-/* A reader of newline-terminated lines that never holds more than about
-** max bytes of one line: a longer line is skipped and flagged. */
-typedef struct cli_lines {
-  int fd;
-  char *buf;
-  size_t cap, start, end;
-  size_t max;
-  size_t lineno;
-  int eof;
-} cli_lines;
+/* ---- lines.c: --lines modes on every core -------------------------------- */
 
-int cli_lines_open(cli_lines *r, int fd, size_t max);
-/* Next line (without its '\n'): 1 and the line, 0 at the end, -1 on a read
-** error (errno set).  *too_long is set when the line was longer than max
-** and skipped; then *len is 0. */
-int cli_lines_next(cli_lines *r, const char **line, size_t *len, int *too_long);
-void cli_lines_close(cli_lines *r);
+/* A growable output buffer of one worker. */
+typedef struct cli_outbuf {
+  char *p;
+  size_t len, cap;
+} cli_outbuf;
+
+int cli_outbuf_put(cli_outbuf *o, const void *p, size_t n);
+
+/* Turn one input line (without its newline) into output: append the
+** answer and its newline to out and return NULL, or return the error
+** message (valid until the next call with this state) and append nothing -
+** the caller prints an empty line and the message with the line number. */
+typedef const char *(*cli_line_fn)(void *state, const char *line, size_t len,
+                                   cli_outbuf *out);
+
+/* How many workers to use: the online CPUs ($IDEM_THREADS overrides). */
+int cli_workers(void);
+
+/* Run fn over every line of fd on nstates workers (states[i] is worker
+** i's).  Returns EXIT_OK, EXIT_DATA when a line was rejected, EXIT_FAIL on
+** an I/O error. */
+int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
+                  int nstates);
 
 /* Apply --max-depth / --max-bytes to a canon handle; 0 on success. */
 int cli_canon_limits(idem_canon *c, size_t depth, size_t bytes);
@@ -82,9 +90,48 @@ int cli_canon_limits(idem_canon *c, size_t depth, size_t bytes);
 /* Flush stdout and report a write error; returns EXIT_OK or EXIT_FAIL. */
 int cli_flush(void);
 
+/* ---- proc.c: running a command ------------------------------------------ */
+
+typedef struct cli_run_opts {
+  char *const *argv; /* the command, argv[0] looked up in PATH      */
+  char *const *envp; /* its environment, or NULL for ours           */
+  const char *input; /* written to its stdin                        */
+  size_t input_len;
+  long long deadline_ms; /* -1: none                                    */
+  int kill_on_deadline;  /* SIGKILL it (its group) past the deadline    */
+  int new_group;         /* run it in a process group of its own        */
+  size_t max_output;     /* stdout cap                                  */
+} cli_run_opts;
+
+typedef struct cli_run_result {
+  int pid;
+  int spawn_errno; /* it could not be started                         */
+  int timed_out;   /* the deadline passed first                       */
+  int exited;      /* it exited (else killed by signal, or timed out) */
+  int exit_code;   /* when exited                                     */
+  int signal;      /* when killed                                     */
+  int too_big;     /* stdout beyond the cap was dropped               */
+  char *out;       /* stdout, NUL-terminated; free()                  */
+  size_t out_len;
+} cli_run_result;
+
+/* Run a command; 0 when it ran (whatever it did), -1 when it could not be
+** started or watched (errno, r->spawn_errno). */
+int cli_run(const cli_run_opts *o, cli_run_result *r);
+
 /* Verbs. */
 int cmd_canon(int argc, char **argv);
 int cmd_key(int argc, char **argv);
+int cmd_policy(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+/* bench_guard.c: the guard's figures, into dir. */
+int bench_guard(const char *dir, int quick);
+int cmd_exec(int argc, char **argv);
+int cmd_run(int argc, char **argv); /* idem __run: exec's runner, hidden */
+int cmd_ls(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_recover(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
 
 #endif /* IDEM_CLI_H */

@@ -1092,9 +1092,9 @@ int cmd_bench(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage("bench", "too many arguments");
   if (only && strcmp(only, "key") != 0 && strcmp(only, "canon") != 0 &&
-      strcmp(only, "dtoa") != 0)
-    return cli_usage("bench", "--only takes key, canon or dtoa, not '%s'",
-                     only);
+      strcmp(only, "dtoa") != 0 && strcmp(only, "guard") != 0)
+    return cli_usage("bench",
+                     "--only takes key, canon, dtoa or guard, not '%s'", only);
 
   if (dir) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -1155,6 +1155,10 @@ int cmd_bench(int argc, char **argv) {
     fflush(stdout);
   }
   if (!only || strcmp(only, "dtoa") == 0) rc |= bench_dtoa(&b);
+  if (!only || strcmp(only, "guard") == 0) {
+    fflush(stdout);
+    rc |= bench_guard(b.dir, b.quick);
+  }
 
   if (fresh) remove_dir(b.dir);
   if (cli_flush()) return EXIT_FAIL;

@@ -1,7 +1,6 @@
 /*
 ** cmd_canon.c - `idem canon [FILE]` and `idem canon --lines`.
 */
-#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,42 +8,38 @@
 
 #include "cli.h"
 
-/* Canonicalize stdin line by line: a rejected line prints an empty line on
-** stdout and its error, with the line number, on stderr. */
-static int canon_lines(idem_canon *c, size_t max_bytes) {
-  cli_lines r;
-  const char *line, *out;
-  size_t len, out_len, rejected = 0;
-  int too_long, rc, got;
-  if (cli_lines_open(&r, 0, max_bytes)) {
+static const char *canon_line(void *state, const char *line, size_t len,
+                              cli_outbuf *out) {
+  idem_canon *c = state;
+  const char *canon;
+  size_t n;
+  if (idem_canon_json(c, line, len, &canon, &n) != IDEM_OK)
+    return idem_canon_errmsg(c);
+  if (cli_outbuf_put(out, canon, n) || cli_outbuf_put(out, "\n", 1))
+    return "out of memory";
+  return NULL;
+}
+
+/* Canonicalize stdin line by line, on every core: a rejected line prints
+** an empty line on stdout and its error, with the line number, on stderr. */
+static int canon_lines(size_t depth, size_t bytes) {
+  void *states[16];
+  int n = cli_workers(), k, rc = EXIT_FAIL;
+  if (n > 16) n = 16;
+  for (k = 0; k < n; k++) {
+    idem_canon *c = NULL;
+    if (idem_canon_open(&c) != IDEM_OK || cli_canon_limits(c, depth, bytes)) {
+      idem_canon_close(c);
+      break;
+    }
+    states[k] = c;
+  }
+  if (k == n)
+    rc = cli_map_lines(0, bytes, canon_line, states, n);
+  else
     cli_err("out of memory");
-    return EXIT_FAIL;
-  }
-  while ((got = cli_lines_next(&r, &line, &len, &too_long)) == 1) {
-    if (too_long) {
-      fflush(stdout);
-      cli_err("line %zu: text larger than the limit of %zu bytes at byte %zu",
-              r.lineno, max_bytes, max_bytes);
-      rejected++;
-      fputc('\n', stdout);
-      continue;
-    }
-    rc = idem_canon_json(c, line, len, &out, &out_len);
-    if (rc != IDEM_OK) {
-      fflush(stdout);
-      cli_err("line %zu: %s", r.lineno, idem_canon_errmsg(c));
-      rejected++;
-      fputc('\n', stdout);
-      continue;
-    }
-    fwrite(out, 1, out_len, stdout);
-    fputc('\n', stdout);
-  }
-  if (got < 0) cli_err("reading standard input: %s", strerror(errno));
-  cli_lines_close(&r);
-  rc = cli_flush();
-  if (got < 0 || rc) return EXIT_FAIL;
-  return rejected ? EXIT_DATA : EXIT_OK;
+  while (k-- > 0) idem_canon_close(states[k]);
+  return rc;
 }
 
 int cmd_canon(int argc, char **argv) {
@@ -93,9 +88,8 @@ int cmd_canon(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (lines) {
-    rc = canon_lines(c, bytes);
     idem_canon_close(c);
-    return rc;
+    return canon_lines(depth, bytes);
   }
 
   what = path && strcmp(path, "-") != 0 ? path : "stdin";

@@ -1,7 +1,6 @@
 /*
 ** cmd_key.c - `idem key`: mint idempotency keys from the shell.
 */
-#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,56 +8,59 @@
 
 #include "cli.h"
 
-static void print_key(const idem_key *k, int json) {
-  if (json) {
-    fputs("{\"fingerprint\":\"", stdout);
-    fwrite(k->fingerprint, 1, 64, stdout);
-    /* keys are percent-encoded ASCII: safe inside a JSON string as is */
-    fputs("\",\"key\":\"", stdout);
-    fwrite(k->key, 1, k->key_len, stdout);
-    fputs("\",\"payload\":", stdout);
-    fwrite(k->payload, 1, k->payload_len, stdout);
-    fputs("}\n", stdout);
-  } else {
-    fwrite(k->key, 1, k->key_len, stdout);
-    fputc('\n', stdout);
-  }
+/* The key, or {"fingerprint","key","payload"} with --json, and a newline. */
+static int put_key(cli_outbuf *o, const idem_key *k, int json) {
+  if (!json)
+    return cli_outbuf_put(o, k->key, k->key_len) || cli_outbuf_put(o, "\n", 1);
+  /* keys are percent-encoded ASCII: safe inside a JSON string as they are */
+  return cli_outbuf_put(o, "{\"fingerprint\":\"", 16) ||
+         cli_outbuf_put(o, k->fingerprint, 64) ||
+         cli_outbuf_put(o, "\",\"key\":\"", 9) ||
+         cli_outbuf_put(o, k->key, k->key_len) ||
+         cli_outbuf_put(o, "\",\"payload\":", 12) ||
+         cli_outbuf_put(o, k->payload, k->payload_len) ||
+         cli_outbuf_put(o, "}\n", 2);
 }
 
-static int key_lines(idem_canon *c, const idem_keyspec *spec, int json,
-                     size_t max_bytes) {
-  cli_lines r;
-  const char *line;
-  size_t len, rejected = 0;
-  int too_long, rc, got;
+typedef struct key_worker {
+  idem_canon *c;
+  const idem_keyspec *spec;
+  int json;
+} key_worker;
+
+static const char *key_line(void *state, const char *line, size_t len,
+                            cli_outbuf *out) {
+  key_worker *w = state;
   idem_key k;
-  if (cli_lines_open(&r, 0, max_bytes)) {
+  if (idem_key_mint_json(w->c, line, len, w->spec, &k) != IDEM_OK)
+    return idem_canon_errmsg(w->c);
+  return put_key(out, &k, w->json) ? "out of memory" : NULL;
+}
+
+/* Mint the keys of stdin's call lines, on every core. */
+static int key_lines(const idem_keyspec *spec, int json, size_t depth,
+                     size_t bytes) {
+  key_worker w[16];
+  void *states[16];
+  int n = cli_workers(), k, rc = EXIT_FAIL;
+  if (n > 16) n = 16;
+  for (k = 0; k < n; k++) {
+    w[k].c = NULL;
+    w[k].spec = spec;
+    w[k].json = json;
+    if (idem_canon_open(&w[k].c) != IDEM_OK ||
+        cli_canon_limits(w[k].c, depth, bytes)) {
+      idem_canon_close(w[k].c);
+      break;
+    }
+    states[k] = &w[k];
+  }
+  if (k == n)
+    rc = cli_map_lines(0, bytes, key_line, states, n);
+  else
     cli_err("out of memory");
-    return EXIT_FAIL;
-  }
-  while ((got = cli_lines_next(&r, &line, &len, &too_long)) == 1) {
-    if (too_long) {
-      fflush(stdout);
-      cli_err("line %zu: text larger than the limit of %zu bytes at byte %zu",
-              r.lineno, max_bytes, max_bytes);
-      rejected++;
-      fputc('\n', stdout);
-      continue;
-    }
-    if (idem_key_mint_json(c, line, len, spec, &k) != IDEM_OK) {
-      fflush(stdout);
-      cli_err("line %zu: %s", r.lineno, idem_canon_errmsg(c));
-      rejected++;
-      fputc('\n', stdout);
-      continue;
-    }
-    print_key(&k, json);
-  }
-  if (got < 0) cli_err("reading standard input: %s", strerror(errno));
-  cli_lines_close(&r);
-  rc = cli_flush();
-  if (got < 0 || rc) return EXIT_FAIL;
-  return rejected ? EXIT_DATA : EXIT_OK;
+  while (k-- > 0) idem_canon_close(w[k].c);
+  return rc;
 }
 
 int cmd_key(int argc, char **argv) {
@@ -130,9 +132,8 @@ int cmd_key(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (lines) {
-    rc = key_lines(c, &spec, json, bytes);
     idem_canon_close(c);
-    return rc;
+    return key_lines(&spec, json, depth, bytes);
   }
 
   if (optind < argc) {
@@ -155,7 +156,9 @@ int cmd_key(int argc, char **argv) {
   }
   rc = idem_key_mint(c, &call, &spec, &k);
   if (rc == IDEM_OK) {
-    print_key(&k, json);
+    cli_outbuf o = {NULL, 0, 0};
+    if (put_key(&o, &k, json) == 0) fwrite(o.p, 1, o.len, stdout);
+    free(o.p);
     rc = cli_flush();
   } else {
     cli_err("%s", idem_canon_errmsg(c));

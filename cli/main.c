@@ -36,6 +36,72 @@ const cli_verb cli_verbs[] = {
      "                    (default 255, at least 66)\n"
      "  --max-depth N     deepest nesting of ARGS accepted (default 128)\n"
      "  --max-bytes N     largest text accepted (default 1048576)\n"},
+    {"policy", cmd_policy, "check a policy file, or explain a tool under it",
+     "usage: idem policy check FILE\n"
+     "       idem policy explain FILE TOOL\n"
+     "\n"
+     "check validates the policy in FILE (docs/POLICY.md) and prints\n"
+     "\"FILE: ok (N tools: a, b, ...)\".  An invalid policy prints one line,\n"
+     "\"idem: FILE: field: what is wrong\", and exits 65; a file that cannot\n"
+     "be read exits 1.\n"
+     "\n"
+     "explain prints, in words, how TOOL is treated under the policy in\n"
+     "FILE: its class, what \"the same action\" means for it (key, fence),\n"
+     "what happens on a timeout (retries, reconciliation, the status check)\n"
+     "and how long its records are kept.  A tool the policy does not name\n"
+     "is explained under unknown_tools.\n"},
+    {"exec", cmd_exec, "run a command-line tool through the guard",
+     "usage: idem exec [--policy FILE] [--log URL] --session S --call C\n"
+     "                 --tool T [--args JSON|-] [--timeout MS] [--status CMD]\n"
+     "                 -- COMMAND [ARGS...]\n"
+     "\n"
+     "Run COMMAND as the tool T of one call, at most once per action: the\n"
+     "attempt is recorded in the log before the command starts, a repeat of\n"
+     "the call replays the recorded outcome, and a timeout is reconciled\n"
+     "with the status command.  The command gets the key in IDEM_KEY (and\n"
+     "IDEM_SESSION, IDEM_CALL_ID, IDEM_TOOL, IDEM_ATTEMPT) and the canonical\n"
+     "arguments on stdin.  Its exit status: 0 applied (stdout is the\n"
+     "result), 100 certainly not applied, 101 rejected, anything else (or\n"
+     "the deadline) unknown.  The status command (sh -c CMD) gets the same\n"
+     "environment: 0 applied, 100 not applied, else unknown.\n"
+     "\n"
+     "Prints the envelope (SPEC 7) and exits 0 succeeded/already_applied,\n"
+     "1 failed, 65 invalid_arguments/conflict, 75 outcome_unknown/\n"
+     "in_progress, 77 refused.\n"
+     "\n"
+     "  --policy FILE  the policy (without it, T is guarded with defaults)\n"
+     "  --log URL      the attempt log (default $IDEM_LOG, else\n"
+     "                 $XDG_STATE_HOME/idem/attempts.db)\n"
+     "  --args JSON    the arguments, a JSON object ('-': stdin; default {})\n"
+     "  --timeout MS   the deadline of one attempt (default 30000)\n"
+     "  --status CMD   the status check\n"},
+    {"__run", cmd_run, NULL, ""},
+    {"ls", cmd_ls, "list the records of the attempt log",
+     "usage: idem ls [--log URL] [--session S] [--state STATE] [--limit N]\n"
+     "               [--json]\n"
+     "\n"
+     "List records, oldest first: a table, or one JSON object per line.\n"
+     "STATE is pending, succeeded, failed, not_applied, in_doubt or\n"
+     "deduplicated (repeat --state for several).\n"},
+    {"show", cmd_show, "show one record of the attempt log",
+     "usage: idem show [--log URL] [--json] SESSION CALL\n"
+     "\n"
+     "Every field of the record of one action.  Exits 1 when there is none.\n"},
+    {"recover", cmd_recover, "reconcile every action in doubt",
+     "usage: idem recover [--log URL] [--policy FILE] [--status CMD] [--json]\n"
+     "\n"
+     "For every record in doubt (or pending under a dead owner or an expired\n"
+     "lease) whose tool has a status check (the policy's status command, or\n"
+     "--status CMD for all), run the check and settle the record: applied\n"
+     "-> succeeded, not applied -> not_applied (the next call retries with\n"
+     "the same key).  Never runs the tool itself.\n"},
+    {"gc", cmd_gc, "delete records past their retention",
+     "usage: idem gc [--log URL] [--json]\n"
+     "\n"
+     "Delete settled records (succeeded, failed, not_applied, deduplicated)\n"
+     "whose retention has passed.  Records in doubt are never deleted.\n"},
+    {"stats", cmd_stats, "count the records of the attempt log by state",
+     "usage: idem stats [--log URL] [--json]\n"},
     {"bench", cmd_bench, "measure idem against its peers (SPEC §12)",
      "usage: idem bench [--quick] [--only NAME] [--dir DIR]\n"
      "\n"
@@ -44,7 +110,7 @@ const cli_verb cli_verbs[] = {
      "node and the npm package canonicalize) are reported as skipped.\n"
      "\n"
      "  --quick       smaller inputs, for a smoke test\n"
-     "  --only NAME   run one benchmark: key, canon or dtoa\n"
+     "  --only NAME   run one benchmark: key, canon, dtoa or guard\n"
      "  --dir DIR     where to write the generated inputs (default: a new\n"
      "                directory under $TMPDIR, removed at the end)\n"},
     {NULL, NULL, NULL, NULL}};
@@ -57,7 +123,7 @@ static void print_help(FILE *f) {
         "most once.  Verbs:\n\n",
         f);
   for (v = cli_verbs; v->name; v++)
-    fprintf(f, "  %-8s %s\n", v->name, v->summary);
+    if (v->summary) fprintf(f, "  %-8s %s\n", v->name, v->summary);
   fputs("\n"
         "  idem help VERB     the options of a verb\n"
         "  idem --version     the version\n"

@@ -296,13 +296,187 @@ typedef struct idem_record {
   char *result;          /* the downstream result (JSON), or NULL      */
   char *error;           /* error text, or NULL                        */
   long long created, updated, expires;
-  int resolution;     /* enum idem_resolution                       */
-  int delivered;      /* the model has been told the outcome        */
-  char *duplicate_of; /* DEDUPLICATED: the call id it repeats       */
+  int resolution;      /* enum idem_resolution                       */
+  long long delivered; /* when the model was told the outcome, or 0 */
+  char *duplicate_of;  /* DEDUPLICATED: the call id it repeats       */
 } idem_record;
 
 /* Free a record from the library.  NULL is a no-op. */
 IDEM_API void idem_record_free(idem_record *r);
+
+/* ---------------------------------------------------------------------------
+** The guard (SPEC §6, §7): every guarded call goes through it.
+**
+** Two-phase use, without callbacks (front ends and bindings drive it):
+**
+**   idem_guard_begin(g, &call, &s);
+**   for (;;) switch (idem_step_next(s)) {
+**   case IDEM_NEXT_EXECUTE:  call the tool downstream with idem_step_key(s)
+**                            and idem_step_args(s), within
+**                            idem_step_deadline_ms(s), after waiting
+**                            idem_step_delay_ms(s); then
+**                            idem_step_finish(s, outcome, result, ...);
+**   case IDEM_NEXT_CHECK:    run the status check idem_step_check_tool(s) /
+**                            idem_step_check_args(s) with the same key; then
+**                            idem_step_resolve(s, outcome, result, ...);
+**   case IDEM_NEXT_WAIT:     another owner holds the action: sleep
+**                            idem_step_delay_ms(s), then idem_step_poll(s);
+**   case IDEM_NEXT_ANSWER:   give idem_step_envelope(s) to the model, then
+**                            idem_step_delivered(s); done.
+**   }
+**   idem_step_free(s);
+**
+** A result that arrives after the caller reported IDEM_OUTCOME_UNKNOWN (a
+** late result) is still given to idem_step_finish(), even after ANSWER: the
+** guard records it (resolution "late").  idem_guard_call() does all of this
+** for a tool given as functions, running the tool on a worker thread so
+** that the guard, not the tool, owns the deadline.
+**
+** A guard is safe to share between threads; a step belongs to one thread.
+*/
+typedef struct idem_guard idem_guard;
+typedef struct idem_step idem_step;
+
+/* What a downstream call or a status check says happened. */
+enum idem_outcome {
+  IDEM_OUTCOME_APPLIED = 1,     /* it took effect (result attached)      */
+  IDEM_OUTCOME_REJECTED = 2,    /* definite failure, nothing applied     */
+  IDEM_OUTCOME_NOT_APPLIED = 3, /* certainly not applied; may retry      */
+  IDEM_OUTCOME_UNKNOWN = 4      /* timeout, reset, crash: nobody knows   */
+};
+
+/* The status of an envelope (SPEC §7). */
+enum idem_answer {
+  IDEM_ANSWER_SUCCEEDED = 1,
+  IDEM_ANSWER_FAILED = 2,
+  IDEM_ANSWER_OUTCOME_UNKNOWN = 3,
+  IDEM_ANSWER_ALREADY_APPLIED = 4,
+  IDEM_ANSWER_CONFLICT = 5,
+  IDEM_ANSWER_IN_PROGRESS = 6,
+  IDEM_ANSWER_REFUSED = 7,
+  IDEM_ANSWER_INVALID_ARGUMENTS = 8
+};
+
+/* "succeeded", "outcome_unknown", ...; "?" for others. */
+IDEM_API const char *idem_answer_name(int answer);
+
+/* What the caller of a step does next. */
+enum idem_next {
+  IDEM_NEXT_ANSWER = 1,  /* the envelope is ready                      */
+  IDEM_NEXT_EXECUTE = 2, /* call the tool downstream                   */
+  IDEM_NEXT_CHECK = 3,   /* run the status check                       */
+  IDEM_NEXT_WAIT = 4     /* another owner holds it: wait, then poll    */
+};
+
+/*
+** Open a guard on the attempt log named by log_url ("sqlite:PATH",
+** "postgres://...", or a plain path); NULL means $IDEM_LOG, else
+** $XDG_STATE_HOME/idem/attempts.db (~/.local/state/idem/attempts.db).
+** policy is borrowed and must outlive the guard; NULL guards every tool
+** with the default settings.  *out is set even on failure when memory
+** allowed, so idem_guard_errmsg() can say why.
+*/
+IDEM_API int idem_guard_open(const char *log_url, const idem_policy *policy,
+                             idem_guard **out);
+/* Close a guard.  Tool runs of idem_guard_call() still in flight keep it
+** alive until they end and their late results are recorded. */
+IDEM_API void idem_guard_close(idem_guard *g);
+/* The last failure on g, for the calling thread. */
+IDEM_API const char *idem_guard_errmsg(const idem_guard *g);
+
+/*
+** Decide a call.  Returns IDEM_OK when a step was made (whatever its
+** answer: a refused tool or bad arguments are answers, not errors), or an
+** error when the log failed - then no downstream call may be made.
+** *out is set to the step (NULL only for IDEM_NOMEM/IDEM_MISUSE).
+*/
+IDEM_API int idem_guard_begin(idem_guard *g, const idem_call *call,
+                              idem_step **out);
+IDEM_API int idem_step_next(const idem_step *s);
+
+/* Report the downstream call's outcome; result is the tool's result as
+** JSON text (or NULL), error a message for REJECTED/NOT_APPLIED/UNKNOWN. */
+IDEM_API int idem_step_finish(idem_step *s, int outcome, const char *result,
+                              size_t result_len, const char *error);
+/* Report the status check's outcome (APPLIED with its result, NOT_APPLIED,
+** or UNKNOWN when the check itself failed). */
+IDEM_API int idem_step_resolve(idem_step *s, int outcome, const char *result,
+                               size_t result_len);
+/* After IDEM_NEXT_WAIT: look at the other owner's action again. */
+IDEM_API int idem_step_poll(idem_step *s);
+/* The model has been given the envelope: an outcome it has been told no
+** longer fences new calls (SPEC §6.4). */
+IDEM_API int idem_step_delivered(idem_step *s);
+IDEM_API void idem_step_free(idem_step *s);
+
+/* Accessors; strings are borrowed until the next call on s. */
+IDEM_API const char *idem_step_key(const idem_step *s);
+/* The arguments to send: canonical, the key written into key_arg. */
+IDEM_API const char *idem_step_args(const idem_step *s, size_t *len);
+/* The status check to run (CHECK): a status tool and its arguments, or a
+** command (idem exec); NULL when the policy names none. */
+IDEM_API const char *idem_step_check_tool(const idem_step *s);
+IDEM_API const char *idem_step_check_args(const idem_step *s, size_t *len);
+IDEM_API const char *idem_step_check_command(const idem_step *s);
+/* The key and canonical arguments of the action under check: this call's,
+** or the earlier identical call's when that one fences this call. */
+IDEM_API const char *idem_step_check_key(const idem_step *s);
+IDEM_API const char *idem_step_check_target(const idem_step *s, size_t *len);
+/* The attempt number of the coming EXECUTE (1, 2, ...). */
+IDEM_API int idem_step_attempt(const idem_step *s);
+IDEM_API long long idem_step_deadline_ms(const idem_step *s);
+IDEM_API long long idem_step_delay_ms(const idem_step *s);
+IDEM_API int idem_step_answer(const idem_step *s);
+/* The envelope (SPEC §7), a JSON object, once the step answers. */
+IDEM_API const char *idem_step_envelope(const idem_step *s, size_t *len);
+
+/* A tool as functions, for idem_guard_call().  run returns an
+** idem_outcome and may set *result (JSON text, allocated with malloc; idem
+** frees it) and *error (likewise).  check, when not NULL, is the status
+** check with the same contract.  Both get the key and the arguments. */
+typedef struct idem_tool {
+  int (*run)(void *ctx, const char *key, const char *args, size_t args_len,
+             char **result, char **error);
+  int (*check)(void *ctx, const char *key, const char *args, size_t args_len,
+               char **result, char **error);
+  void *ctx;
+} idem_tool;
+
+/* Guard one call end to end.  The tool runs on a worker thread; past the
+** deadline the guard answers without it, and records its late result when
+** it comes.  *envelope is the answer: free it with idem_free().  Marks the
+** outcome delivered. */
+IDEM_API int idem_guard_call(idem_guard *g, const idem_call *call,
+                             const idem_tool *tool, char **envelope,
+                             size_t *len);
+
+/*
+** Reconcile one recorded action (what `idem recover` does for each): when it
+** is in doubt (or pending under a dead owner or an expired lease) and its
+** tool has a status check, the step says CHECK; resolve it, and the record
+** becomes succeeded or not_applied - a recovery never executes the tool.
+** Otherwise the step answers at once with what the record holds.
+** IDEM_NOTFOUND when there is no such record.
+*/
+IDEM_API int idem_guard_recover(idem_guard *g, const char *session,
+                                const char *call_id, idem_step **out);
+
+/* The fencing token this step holds (for idem_guard_late). */
+IDEM_API long long idem_step_token(const idem_step *s);
+
+/* Record a result that arrived after the deadline, from wherever it
+** arrives (another thread, another process): it settles the action if it is
+** still in doubt, or still pending under the given token, and is dropped
+** when the action was settled meanwhile. */
+IDEM_API int idem_guard_late(idem_guard *g, const char *session,
+                             const char *call_id, long long token, int outcome,
+                             const char *result, size_t result_len,
+                             const char *error);
+
+/* Read the log behind a guard: one record (IDEM_NOTFOUND), free with
+** idem_record_free(). */
+IDEM_API int idem_guard_record(idem_guard *g, const char *session,
+                               const char *call_id, idem_record **out);
 
 #ifdef __cplusplus
 }

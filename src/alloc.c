@@ -26,3 +26,5 @@ void *idem__realloc(void *p, size_t n) { return g_realloc(p, n ? n : 1); }
 void idem__free(void *p) {
   if (p) g_free(p);
 }
+
+void idem_free(void *p) { idem__free(p); }

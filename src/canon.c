@@ -11,8 +11,8 @@
 **   - Numbers: an integer literal (no fraction, no exponent) of magnitude at
 **     most 2^53 is already in canonical form except "-0", so its digits are
 **     copied.  Any other number is converted to the nearest double (Clinger's
-**     exact fast path, else strtod_l in the C locale) and printed by
-**     idem__dtoa() in ECMAScript form.
+**     exact fast path, else Eisel-Lemire in strtod.c, else strtod_l in the C
+**     locale) and printed by idem__dtoa() in ECMAScript form.
 **   - Objects: each member is written in input order while its offsets are
 **     pushed on a member stack.  When the object closes, the names are
 **     checked for order; only if they are out of order (or a member must be
@@ -101,8 +101,10 @@ static int hex4(const unsigned char *p, unsigned *out) {
 }
 
 /*
-** The length of the run of plain bytes at q: printable ASCII other than '"'
-** and '\\', which a string copies unchanged.  Sixteen bytes at a time with
+** Copy the run of plain bytes at q to w and return its length: printable
+** ASCII other than '"' and '\\', which a string copies unchanged.  It may
+** write up to 15 bytes past the run (never past what the caller reserved:
+** a string's output never outgrows its input).  Sixteen bytes at a time with
 ** SSE2 (a signed compare below 0x20 catches controls and bytes >= 0x80 at
 ** once), else eight with the classic "has a zero byte" bit tricks; the
 ** first special byte is the lowest set bit either way.  Never reads at or
@@ -110,8 +112,8 @@ static int hex4(const unsigned char *p, unsigned *out) {
 */
 #if defined(__SSE2__)
 #include <emmintrin.h>
-static inline size_t plain_run(const unsigned char *q,
-                               const unsigned char *end) {
+static inline size_t copy_run(const unsigned char *q, const unsigned char *end,
+                              char *w) {
   const unsigned char *p = q;
   const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
   const __m128i space = _mm_set1_epi8(0x20);
@@ -121,15 +123,17 @@ static inline size_t plain_run(const unsigned char *q,
         _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
         _mm_cmplt_epi8(v, space));
     unsigned mask = (unsigned)_mm_movemask_epi8(m);
+    _mm_storeu_si128((__m128i *)(void *)(w + (p - q)), v);
     if (mask) return (size_t)(p - q) + (size_t)__builtin_ctz(mask);
     p += 16;
   }
-  while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+  while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+    w[p - q] = (char)*p, p++;
   return (size_t)(p - q);
 }
 #else
-static inline size_t plain_run(const unsigned char *q,
-                               const unsigned char *end) {
+static inline size_t copy_run(const unsigned char *q, const unsigned char *end,
+                              char *w) {
   const unsigned char *p = q;
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -142,11 +146,13 @@ static inline size_t plain_run(const unsigned char *q,
     m = (((x - ones * 0x20) & ~x) | ((q1 - ones) & ~q1) | ((b1 - ones) & ~b1) |
          x) &
         high;
+    memcpy(w + (p - q), &x, 8);
     if (m) return (size_t)(p - q) + (size_t)__builtin_ctzll(m) / 8;
     p += 8;
   }
 #endif
-  while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+  while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+    w[p - q] = (char)*p, p++;
   return (size_t)(p - q);
 }
 #endif
@@ -219,6 +225,10 @@ static inline size_t utf8_len(const unsigned char *p,
   return n;
 }
 
+size_t idem__utf8_len(const unsigned char *p, const unsigned char *end) {
+  return p < end ? utf8_len(p, end) : 0;
+}
+
 /* ---- strings -------------------------------------------------------------- */
 
 /*
@@ -233,8 +243,7 @@ static int parse_string(idem_canon *c, const unsigned char **pp,
   char *w = c->out.p + c->out.len;
   *w++ = '"';
   for (;;) {
-    size_t run = plain_run(q, end);
-    memcpy(w, q, run);
+    size_t run = copy_run(q, end, w);
     w += run;
     q += run;
     {
@@ -328,21 +337,26 @@ static const double pow10_exact[23] = {
 ** check has already accepted.  Sets *nonzero when any digit is not 0.
 ** Clinger's fast path: a mantissa below 2^53 and |exponent| <= 22 makes the
 ** result one correctly rounded IEEE operation on exact operands.  Everything
-** else goes to strtod_l, which glibc rounds correctly.
+** else goes to idem__decimal_to_double() (strtod.c, Eisel-Lemire) with the
+** first 19 significant digits, and only when that cannot decide - a
+** literal cut in the middle of a rounding boundary, or an exponent too
+** long to read - to strtod_l, which glibc rounds correctly.
 */
 static int number_value(idem_canon *c, const unsigned char *p,
                         const unsigned char *end, double *out, int *nonzero) {
   const unsigned char *q = p;
   uint64_t m = 0;
-  int nsig = 0, neg = 0;
+  int nsig = 0, neg = 0, cut = 0; /* cut: a dropped digit is not 0 */
   long e10 = 0, ex = 0;
   if (*q == '-') neg = 1, q++;
   for (; q < end && is_digit(*q); q++) {
     if (m == 0 && *q == '0') continue;
     if (nsig < 19)
       m = m * 10 + (uint64_t)(*q - '0');
-    else
+    else {
       e10++;
+      cut |= *q != '0';
+    }
     nsig++;
   }
   if (q < end && *q == '.') {
@@ -354,7 +368,8 @@ static int number_value(idem_canon *c, const unsigned char *p,
       if (nsig < 19) {
         m = m * 10 + (uint64_t)(*q - '0');
         e10--;
-      }
+      } else
+        cut |= *q != '0';
       nsig++;
     }
   }
@@ -373,19 +388,26 @@ static int number_value(idem_canon *c, const unsigned char *p,
   }
   if (nsig <= 19 && m < (UINT64_C(1) << 53) && e10 >= -22 && e10 <= 22 + 15) {
     double v = (double)m;
-    if (e10 < 0) {
-      *out = (neg ? -v : v) / pow10_exact[-e10];
+    long k = e10; /* e10 is still needed below if this path fails */
+    if (k < 0) {
+      *out = (neg ? -v : v) / pow10_exact[-k];
       return IDEM_OK;
     }
-    if (e10 > 22) { /* 12e30 = 12000000000e22 when that is still exact */
-      v *= pow10_exact[e10 - 22];
-      e10 = 22;
+    if (k > 22) { /* 12e30 = 12000000000e22 when that is still exact */
+      v *= pow10_exact[k - 22];
+      k = 22;
     }
     if (v < 9007199254740992.0) {
-      *out = (neg ? -v : v) * pow10_exact[e10];
+      *out = (neg ? -v : v) * pow10_exact[k];
       return IDEM_OK;
     }
   }
+  /* Beyond +-400 the value is 0 or infinite anyway; a saturated exponent
+  ** (over 10^8) is left to strtod_l, which reads it whole. */
+  if (e10 < -400) e10 = -400;
+  if (e10 > 400) e10 = 400;
+  if (ex < 100000000 && idem__decimal_to_double(m, (int)e10, cut, neg, out))
+    return IDEM_OK;
   {
     size_t n = (size_t)(end - p);
     int rc;
@@ -528,6 +550,14 @@ static int name_cmp(const char *out, const idem__member *x,
   if (!x->escaped && !y->escaped) {
     size_t la = (size_t)(ae - a), lb = (size_t)(be - b), n = la < lb ? la : lb;
     size_t i = 0;
+    if (x->pfx != y->pfx) {
+      /* the first differing byte of the two prefixes (a 0 pad sorts first,
+      ** and unescaped names hold no 0 byte) */
+      int sh = 56;
+      while (((x->pfx ^ y->pfx) >> sh & 0xFF) == 0) sh -= 8;
+      return utf16_order((unsigned)(x->pfx >> sh) & 0xFF,
+                         (unsigned)(y->pfx >> sh) & 0xFF);
+    }
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     for (; i + 8 <= n; i += 8) { /* the lowest differing byte comes first */
@@ -853,6 +883,13 @@ member:
     m->in_off = (size_t)(p - s);
     m->escaped = 0;
     if ((rc = parse_string(c, &p, s, end, &m->escaped))) return rc;
+    { /* the name's first bytes as a number: most comparisons end there */
+      const unsigned char *nm = (const unsigned char *)c->out.p + m->start + 1;
+      size_t nl = c->out.len - m->start - 2, i;
+      uint64_t v = 0;
+      for (i = 0; i < 8; i++) v = v << 8 | (i < nl ? nm[i] : 0);
+      m->pfx = v;
+    }
     p = skip_ws(p, end);
     if (p >= end || *p != ':') {
       if (p == end) goto early_end;

@@ -23,6 +23,12 @@
 #define IDEM__UNLIKELY(x) (x)
 #endif
 
+#if defined(__GNUC__) && __GNUC__ >= 7
+#define IDEM__FALLTHROUGH __attribute__((fallthrough))
+#else
+#define IDEM__FALLTHROUGH ((void)0)
+#endif
+
 /* ---- alloc.c: the one place all heap use goes through ------------------ */
 
 void *idem__malloc(size_t n);
@@ -62,6 +68,7 @@ typedef struct idem__member {
   size_t end;    /* one past the canonical value            */
   size_t in_off; /* the name's offset in the input text     */
   int escaped;   /* the canonical name holds a backslash    */
+  uint64_t pfx;  /* its first 8 bytes, big-endian, 0-padded */
 } idem__member;
 
 /* One open array or object. */
@@ -94,6 +101,8 @@ struct idem_canon {
 
 /* key.c: release the digest state of a handle. */
 void idem__key_free(idem_canon *c);
+/* key.c: hex SHA-256 of [p, p+n) into out (65 bytes with the NUL). */
+int idem__sha256_hex(idem_canon *c, const void *p, size_t n, char out[65]);
 
 /* How one canonicalization runs. */
 typedef struct idem__canon_opt {
@@ -120,6 +129,9 @@ int idem__canon_string(idem__buf *b, const char *raw, size_t n, size_t *bad);
 /* Append the decoded content of the canonical JSON string [canon,
 ** canon+n) (quotes included) to b, followed by a NUL. */
 int idem__canon_unstring(idem__buf *b, const char *canon, size_t n);
+
+/* Length of the valid UTF-8 sequence at p (Unicode Table 3-7), 0 if none. */
+size_t idem__utf8_len(const unsigned char *p, const unsigned char *end);
 
 /* For messages that concern no byte of the input. */
 #define IDEM__NO_OFFSET ((size_t)-1)
@@ -234,11 +246,11 @@ typedef struct idem__change {
   int take_lease;         /* set owner/lease_until and token = token+1  */
   const char *owner;
   long long lease_until;
-  const char *result; /* NULL: keep                                 */
-  const char *error;  /* NULL: keep                                 */
-  int resolution;     /* 0: keep                                    */
-  int delivered;      /* -1: keep                                   */
-  int durable;        /* synced before return (else a later sync)   */
+  const char *result;  /* NULL: keep                                 */
+  const char *error;   /* NULL: keep                                 */
+  int resolution;      /* 0: keep                                    */
+  long long delivered; /* when the model was told; -1: keep */
+  int durable;         /* synced before return (else a later sync)   */
 } idem__change;
 
 /* What to list. */
@@ -259,7 +271,9 @@ typedef struct idem__store_vt {
   ** Atomically: if (rec->session, rec->call_id) exists, FOUND and *found;
   ** else if rec->fence_key is set and another action with that fence_key,
   ** not DEDUPLICATED, is PENDING or IN_DOUBT, or SUCCEEDED and (not
-  ** delivered, or created at or after now - repeat_window_ms), FENCED and
+  ** delivered, or delivered at or after rec->created - the new call was made
+  ** before the model was told, as parallel calls of one turn are - or
+  ** created at or after now - repeat_window_ms), FENCED and
   ** *found = the newest such; else insert rec (state PENDING, token 1) and
   ** sync it to disk before returning INSERTED.
   */
@@ -294,6 +308,81 @@ struct idem__store {
 int idem__store_open(const char *url, idem__store **out);
 int idem__sqlite_open(const char *path, idem__store **out);
 
+/* A store that could not be opened: errmsg says why (printf-style fmt),
+** every other entry point fails with IDEM_MISUSE, close frees it.  Sets
+** *out (NULL when even that could not be allocated) and returns rc. */
+int idem__store_fail(idem__store **out, int rc, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* record.c: a deep copy of r, every string copied; NULL when memory ran
+** out.  Free with idem_record_free. */
+idem_record *idem__record_dup(const idem_record *r);
+
+/*
+** store/sqlite.c: knobs for tests and tuning, not API.
+** idem__sqlite_config(st, op, value) sets one.  BUSY_TIMEOUT needs a SQLite
+** store; the fault ops are process-wide (the VFS is: st may be NULL) and
+** act only on stores opened through the "idem-fault" VFS, which FAULT_VFS
+** selects for the opens that follow.  Returns IDEM_OK, IDEM_RANGE,
+** IDEM_INVALID (unknown op) or IDEM_MISUSE.
+*/
+enum {
+  IDEM__SQLITE_BUSY_TIMEOUT = 1, /* ms to wait for another writer (5000) */
+  IDEM__SQLITE_FAIL_SYNC = 2,    /* the next N syncs (xSync) fail         */
+  IDEM__SQLITE_FAIL_WRITE = 3,   /* the next N writes (xWrite) fail       */
+  IDEM__SQLITE_FAULT_VFS = 4     /* st NULL: later opens in this process  */
+                                 /* use the "idem-fault" VFS (1) or not (0) */
+};
+int idem__sqlite_config(idem__store *st, int op, long long value);
+
+/* Counters of a SQLite store (syncs: process-wide, fault VFS only). */
+enum {
+  IDEM__SQLITE_COUNT_BATCHES = 1,    /* write transactions committed     */
+  IDEM__SQLITE_COUNT_REQUESTS = 2,   /* write requests applied           */
+  IDEM__SQLITE_COUNT_SYNCS = 3,      /* xSync calls through idem-fault   */
+  IDEM__SQLITE_COUNT_CHECKPOINTS = 4 /* WAL checkpoints run by the writer */
+};
+long long idem__sqlite_count(idem__store *st, int which);
+
+/* ---- owner.c: lease holders and crash points ----------------------------- */
+
+/* "HOST:PID:START" of this process. */
+void idem__owner_self(char *buf, size_t n);
+/* 1: the owner is a live process; 0: a process of this machine that is
+** gone; -1: cannot tell (another machine, a malformed owner). */
+int idem__owner_alive(const char *owner);
+/* SIGKILL this process if IDEM_CRASH_AT names this point (SPEC §11). */
+void idem__crash_point(const char *name);
+
+/* ---- guard.c: shared with the command ------------------------------------ */
+
+/* The attempt log when none is named: $IDEM_LOG, else
+** sqlite:$XDG_STATE_HOME/idem/attempts.db, else under ~/.local/state.
+** Returns env's value or buf. */
+const char *idem__default_log(char *buf, size_t n);
+/* Sleep ms milliseconds, through signals. */
+void idem__sleep_ms(long long ms);
+
+/* ---- envelope.c: the answer to the model --------------------------------- */
+
+typedef struct idem__env {
+  int answer; /* enum idem_answer              */
+  const char *tool, *call_id;
+  const char *key; /* or NULL                       */
+  int replayed, attempts;
+  const char *result;       /* JSON text, or NULL            */
+  const char *message;      /* or NULL                       */
+  const char *check_tool;   /* check_with, or NULL           */
+  const char *check_args;   /* canonical JSON object         */
+  const char *duplicate_of; /* or NULL                       */
+} idem__env;
+
+/* Write the envelope into b (reset first; NUL-terminated, not counted). */
+int idem__envelope(idem__buf *b, const idem__env *e);
+
 /* ---- dtoa.c: shortest round-trip doubles in ECMAScript form -------------- */
 
 /* Longest text idem__dtoa() writes ("-1.2345678901234567e-308" is 24). */
@@ -306,5 +395,13 @@ int idem__sqlite_open(const char *path, idem__store **out);
 ** v must not be NaN or infinite (the canonicalizer rejects those first).
 */
 size_t idem__dtoa(double v, char *buf);
+
+/* strtod.c: the double nearest to m * 10^e10 (m < 10^19 exactly, the
+** literal's first 19 significant digits; truncated = 1 when non-zero digits
+** were dropped after them), correctly rounded (ties to even); returns 1 and
+** sets *out when it could decide, 0 when the caller must fall back to
+** strtod_l.  Out-of-range exponents give +-0 or +-inf, exactly. */
+int idem__decimal_to_double(uint64_t m, int e10, int truncated, int neg,
+                            double *out);
 
 #endif /* IDEM_INT_H */

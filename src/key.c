@@ -33,26 +33,36 @@ static void to_hex(const unsigned char *d, size_t n, char *out) {
 }
 
 /* RFC 3986 unreserved characters pass unchanged; every other byte is %XX. */
-static inline int unreserved(unsigned char b) {
-  return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') ||
-         (b >= '0' && b <= '9') || b == '-' || b == '.' || b == '_' || b == '~';
-}
+static const unsigned char UNRESERVED[256] = {
+    ['-'] = 1, ['.'] = 1, ['_'] = 1, ['~'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1,
+    ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1,
+    ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1,
+    ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1,
+    ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1,
+    ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1,
+    ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1,
+    ['x'] = 1, ['y'] = 1, ['z'] = 1};
 
 static int append_pct(idem__buf *b, const char *id) {
   const unsigned char *p = (const unsigned char *)id;
-  size_t n = strlen(id);
+  size_t n = strlen(id), i = 0;
   char *w;
   int rc;
   if (n > (SIZE_MAX - b->len) / 3) return IDEM_RANGE;
   if ((rc = idem__buf_reserve(b, n * 3)) != IDEM_OK) return rc;
   w = b->p + b->len;
-  for (; *p; p++) {
-    if (unreserved(*p)) {
-      *w++ = (char)*p;
+  while (i < n && UNRESERVED[p[i]]) i++; /* the common case: all plain */
+  memcpy(w, p, i);
+  w += i;
+  for (; i < n; i++) {
+    if (UNRESERVED[p[i]]) {
+      *w++ = (char)p[i];
     } else {
       *w++ = '%';
-      *w++ = HEX_UPPER[*p >> 4];
-      *w++ = HEX_UPPER[*p & 15];
+      *w++ = HEX_UPPER[p[i] >> 4];
+      *w++ = HEX_UPPER[p[i] & 15];
     }
   }
   b->len = (size_t)(w - b->p);
@@ -79,6 +89,15 @@ static int sha256(idem_canon *c, const void *p, size_t n,
 fail:
   return idem__canon_fail(c, IDEM_NOMEM, IDEM__NO_OFFSET,
                           "SHA-256 is not available from libcrypto");
+}
+
+int idem__sha256_hex(idem_canon *c, const void *p, size_t n, char out[65]) {
+  unsigned char d[32];
+  int rc = sha256(c, p, n, d);
+  if (rc) return rc;
+  to_hex(d, 32, out);
+  out[64] = '\0';
+  return IDEM_OK;
 }
 
 void idem__key_free(idem_canon *c) {

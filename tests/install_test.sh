@@ -2,9 +2,10 @@
 # `cmake --install` puts the command, both libraries, the headers, idem.pc,
 # the CMake package and the man page under the prefix, and a program built
 # with `pkg-config --cflags --libs idem` against that prefix runs.
-#   tests/install_test.sh BUILD_DIR
+#   tests/install_test.sh BUILD_DIR [CFLAGS]
 set -u
 build=$1
+extra=${2:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -37,7 +38,7 @@ int main(void) {
 }
 C
 export PKG_CONFIG_PATH="$tmp/p/lib/pkgconfig"
-if cc -o "$tmp/t" "$tmp/t.c" $(pkg-config --cflags --libs idem) 2>"$tmp/cc.log"; then
+if cc $extra -o "$tmp/t" "$tmp/t.c" $(pkg-config --cflags --libs idem) 2>"$tmp/cc.log"; then
   out=$(LD_LIBRARY_PATH="$tmp/p/lib" "$tmp/t")
   [ "$out" = "sess_1:toolu_7:a280fb850f483293" ] && ok || bad "shared-library program printed '$out'"
 else
@@ -45,7 +46,7 @@ else
 fi
 # the static archive, with the private dependencies idem.pc declares
 static_deps=$(pkg-config --static --libs idem | sed 's/-lidem//; s/-L[^ ]*//')
-if cc -o "$tmp/ts" "$tmp/t.c" $(pkg-config --cflags idem) "$tmp/p/lib/libidem.a" $static_deps 2>"$tmp/cc2.log"; then
+if cc $extra -o "$tmp/ts" "$tmp/t.c" $(pkg-config --cflags idem) "$tmp/p/lib/libidem.a" $static_deps 2>"$tmp/cc2.log"; then
   [ "$("$tmp/ts")" = "sess_1:toolu_7:a280fb850f483293" ] && ok || bad "static program"
 else
   bad "could not link the static library: $(cat "$tmp/cc2.log")"

@@ -1,0 +1,370 @@
+/*
+** bench_guard.c - `idem bench --only guard`: the guard on the embedded
+** store, side by side with the disk it runs on and with what a user would
+** otherwise write (SPEC §12, issue figures):
+**
+**   fdatasync      one 4 KiB write + fdatasync of this disk (median)
+**   guard_call     a guarded call, single session, in process, against
+**                  fdatasync (target: at most 1.25x)
+**   guard_32       32 sessions at once (threads): calls/s against the single
+**                  session rate (target: at least 5x, group commit)
+**   replay         a repeated call answered from the log, in process
+**                  (target: under 20 us)
+**   recover        `idem recover --batch` of 100k in-doubt records with a
+**                  trivial status check (target: under 5 s)
+**   python_sqlite3 Python's sqlite3 with an idempotency table, a transaction
+**                  per step, on the same disk
+**
+** Every figure comes from this one run; nothing here is a pass/fail test of
+** speed.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "idemInt.h"
+
+extern char **environ;
+
+static double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n ? v[n / 2] : 0;
+}
+
+static double fdatasync_us(const char *dir, int n) {
+  char path[4200], block[4096];
+  double *t = malloc((size_t)n * sizeof *t), m;
+  int fd, i;
+  snprintf(path, sizeof path, "%s/fdatasync.probe", dir);
+  fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  if (fd < 0 || !t) {
+    free(t);
+    return -1;
+  }
+  memset(block, 'x', sizeof block);
+  for (i = 0; i < n; i++) {
+    double t0 = mono();
+    if (pwrite(fd, block, sizeof block, (off_t)(i % 64) * 4096) < 0 ||
+        fdatasync(fd) != 0)
+      break;
+    t[i] = (mono() - t0) * 1e6;
+  }
+  close(fd);
+  unlink(path);
+  m = i == n ? median(t, (size_t)n) : -1;
+  free(t);
+  return m;
+}
+
+/* The tool: applied at once, a small result. */
+static int trivial_run(void *ctx, const char *key, const char *args, size_t len,
+                       char **result, char **error) {
+  (void)ctx;
+  (void)key;
+  (void)args;
+  (void)len;
+  (void)error;
+  *result = strdup("{\"refund_id\":\"re_1\"}");
+  return IDEM_OUTCOME_APPLIED;
+}
+
+/* A refund of its own order for every call: distinct actions, as a busy
+** harness makes them (identical arguments would be one action, fenced). */
+static size_t refund_args(char *buf, size_t n, const char *call_id) {
+  int k = snprintf(buf, n,
+                   "{\"order_id\":\"ord_%s\",\"amount_cents\":6000,"
+                   "\"currency\":\"usd\",\"reason\":\"late delivery\"}",
+                   call_id);
+  return k > 0 && (size_t)k < n ? (size_t)k : 0;
+}
+
+static int one_call(idem_guard *g, const char *session, const char *call_id) {
+  char args[256];
+  idem_call c = {session, call_id, "refund_payment", args, 0};
+  idem_tool t = {trivial_run, NULL, NULL};
+  char *env = NULL;
+  size_t len;
+  int rc;
+  c.args_len = refund_args(args, sizeof args, call_id);
+  rc = idem_guard_call(g, &c, &t, &env, &len);
+  idem_free(env);
+  return rc;
+}
+
+typedef struct sess {
+  idem_guard *g;
+  int id, calls, failed;
+} sess;
+
+static void *sess_main(void *arg) {
+  sess *s = arg;
+  char session[32], call[32];
+  snprintf(session, sizeof session, "bench_s%d", s->id);
+  for (int i = 0; i < s->calls; i++) {
+    snprintf(call, sizeof call, "call_%d", i);
+    if (one_call(s->g, session, call)) {
+      if (!s->failed) cli_err("bench: %s", idem_guard_errmsg(s->g));
+      s->failed++;
+    }
+  }
+  return NULL;
+}
+
+/* Insert n in-doubt records, from several threads (no sync per record). */
+typedef struct filler {
+  idem__store *st;
+  int from, to, failed;
+} filler;
+
+static void *fill_main(void *arg) {
+  filler *f = arg;
+  char call[32], key[64];
+  idem_record r;
+  for (int i = f->from; i < f->to; i++) {
+    idem_record *found = NULL;
+    int what;
+    snprintf(call, sizeof call, "doubt_%d", i);
+    snprintf(key, sizeof key, "recover:doubt_%d:0123456789abcdef", i);
+    memset(&r, 0, sizeof r);
+    r.session = (char *)"recover";
+    r.call_id = call;
+    r.tool = (char *)"refund_payment";
+    r.fingerprint = (char *)"0123456789abcdef0123456789abcdef0123456789abcdef01"
+                            "23456789abcdef";
+    r.key = key;
+    r.args = (char *)"{\"order_id\":\"ord_1\"}";
+    r.cls = IDEM_CLASS_GUARDED;
+    r.state = IDEM_STATE_IN_DOUBT;
+    r.attempts = 1;
+    r.owner = (char *)"elsewhere:1:1";
+    r.token = 1;
+    r.created = r.updated = 1;
+    r.expires = 4102444800000LL;
+    if (f->st->vt->insert(f->st, &r, &what, &found)) f->failed++;
+    idem_record_free(found);
+  }
+  return NULL;
+}
+
+static int spawn_wait(char *const argv[], double *secs) {
+  pid_t pid;
+  int st;
+  double t0 = mono();
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  if (posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    return -1;
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  if (waitpid(pid, &st, 0) < 0) return -1;
+  *secs = mono() - t0;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static const char py_script[] =
+    "import sqlite3,sys,time,json\n"
+    "path,n=sys.argv[1],int(sys.argv[2])\n"
+    "c=sqlite3.connect(path,isolation_level=None)\n"
+    "c.execute('PRAGMA journal_mode=WAL');c.execute('PRAGMA "
+    "synchronous=FULL')\n"
+    "c.execute('CREATE TABLE IF NOT EXISTS idem(key TEXT PRIMARY KEY,state "
+    "TEXT,result TEXT)')\n"
+    "args={'order_id':'ord_1','amount_cents':6000,'currency':'usd',"
+    "'reason':'late delivery'}\n"
+    "t=time.perf_counter()\n"
+    "for i in range(n):\n"
+    " key='s:call_%d:'%i+json.dumps(args,sort_keys=True)[:16]\n"
+    " c.execute('BEGIN IMMEDIATE')\n"
+    " row=c.execute('SELECT state,result FROM idem WHERE key=?',(key,))"
+    ".fetchone()\n"
+    " if row is None: c.execute('INSERT INTO idem VALUES(?,?,NULL)',"
+    "(key,'pending'))\n"
+    " c.execute('COMMIT')\n"
+    " if row is None:\n"
+    "  c.execute('UPDATE idem SET state=?,result=? WHERE key=?',"
+    "('succeeded','{\"refund_id\":\"re_1\"}',key))\n"
+    "print(time.perf_counter()-t)\n";
+
+int bench_guard(const char *dir, int quick) {
+  char url[4200], path[4200], self[4096], num[32];
+  int n1 = quick ? 60 : 300, per = quick ? 10 : 40,
+      nrec = quick ? 10000 : 100000;
+  double fsync_us, t0, single_s, multi_s, *lat, rec_s = -1, py_s = -1;
+  idem_guard *g = NULL;
+  pthread_t th[32];
+  sess ss[32];
+  int i, failed = 0, rc = EXIT_OK;
+  ssize_t sl;
+
+  fsync_us = fdatasync_us(dir, quick ? 50 : 200);
+  printf("{\"bench\":\"fdatasync\",\"dir\":\"%s\",\"median_us\":%.1f}\n", dir,
+         fsync_us);
+  fflush(stdout);
+
+  snprintf(url, sizeof url, "sqlite:%s/guard_bench.db", dir);
+  if (idem_guard_open(url, NULL, &g) != IDEM_OK) {
+    cli_err("bench: %s", idem_guard_errmsg(g));
+    idem_guard_close(g);
+    return EXIT_FAIL;
+  }
+  /* one session: call after call */
+  lat = malloc((size_t)n1 * sizeof *lat);
+  t0 = mono();
+  for (i = 0; i < n1; i++) {
+    char call[32];
+    double c0 = mono();
+    snprintf(call, sizeof call, "call_%d", i);
+    if (one_call(g, "single", call)) failed++;
+    lat[i] = (mono() - c0) * 1e6;
+  }
+  single_s = mono() - t0;
+  printf("{\"bench\":\"guard_call\",\"calls\":%d,\"mean_us\":%.1f,"
+         "\"median_us\":%.1f,\"fdatasync_us\":%.1f,\"ratio_to_fdatasync\":%.2f,"
+         "\"target\":\"<=1.25\",\"failed\":%d}\n",
+         n1, single_s / n1 * 1e6, median(lat, (size_t)n1), fsync_us,
+         single_s / n1 * 1e6 / fsync_us, failed);
+  fflush(stdout);
+
+  /* a replay: the same call again, answered from the log */
+  for (i = 0; i < n1; i++) {
+    char call[32], args[256];
+    idem_call c = {"single", call, "refund_payment", args, 0};
+    idem_step *s = NULL;
+    double c0;
+    snprintf(call, sizeof call, "call_%d", i % n1);
+    c.args_len = refund_args(args, sizeof args, call);
+    c0 = mono();
+    if (idem_guard_begin(g, &c, &s) != IDEM_OK ||
+        idem_step_answer(s) != IDEM_ANSWER_SUCCEEDED)
+      failed++;
+    idem_step_delivered(s);
+    idem_step_free(s);
+    lat[i] = (mono() - c0) * 1e6;
+  }
+  printf("{\"bench\":\"replay\",\"calls\":%d,\"median_us\":%.1f,"
+         "\"target_us\":20}\n",
+         n1, median(lat, (size_t)n1));
+  fflush(stdout);
+  free(lat);
+
+  /* 32 sessions at once */
+  t0 = mono();
+  for (i = 0; i < 32; i++) {
+    ss[i].g = g;
+    ss[i].id = i;
+    ss[i].calls = per;
+    ss[i].failed = 0;
+    pthread_create(&th[i], NULL, sess_main, &ss[i]);
+  }
+  for (i = 0; i < 32; i++) {
+    pthread_join(th[i], NULL);
+    failed += ss[i].failed;
+  }
+  multi_s = mono() - t0;
+  printf("{\"bench\":\"guard_32\",\"sessions\":32,\"calls\":%d,"
+         "\"calls_per_s\":%.0f,\"single_calls_per_s\":%.0f,"
+         "\"ratio\":%.1f,\"target\":\">=5\",\"failed\":%d}\n",
+         32 * per, 32 * per / multi_s, n1 / single_s,
+         (32 * per / multi_s) / (n1 / single_s), failed);
+  fflush(stdout);
+  idem_guard_close(g);
+
+  /* recover: in-doubt records settled by a trivial batch status check */
+  {
+    idem__store *st = NULL;
+    filler f[8];
+    snprintf(url, sizeof url, "sqlite:%s/recover_bench.db", dir);
+    if (idem__store_open(url, &st) == IDEM_OK) {
+      for (i = 0; i < 8; i++) {
+        f[i].st = st;
+        f[i].from = nrec / 8 * i;
+        f[i].to = i == 7 ? nrec : nrec / 8 * (i + 1);
+        f[i].failed = 0;
+        pthread_create(&th[i], NULL, fill_main, &f[i]);
+      }
+      for (i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        failed += f[i].failed;
+      }
+    }
+    if (st) st->vt->close(st);
+    sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl > 0) {
+      char *argv[] = {self,
+                      (char *)"recover",
+                      (char *)"--log",
+                      url,
+                      (char *)"--batch",
+                      (char *)"--status",
+                      (char *)"sed -u 's/.*/applied/'",
+                      NULL};
+      self[sl] = '\0';
+      if (spawn_wait(argv, &rec_s) != 0) rec_s = -1;
+    }
+    printf("{\"bench\":\"recover\",\"records\":%d,\"status\":\"sed -u "
+           "(batch)\",\"seconds\":%.2f,\"target_s\":5}\n",
+           nrec, rec_s);
+    fflush(stdout);
+  }
+
+  /* what a user would otherwise write: Python sqlite3, same disk */
+  snprintf(path, sizeof path, "%s/python_bench.db", dir);
+  snprintf(num, sizeof num, "%d", n1);
+  {
+    char *argv[] = {
+        (char *)"python3", (char *)"-c", (char *)py_script, path, num, NULL};
+    int out[2];
+    pid_t pid;
+    posix_spawn_file_actions_t fa;
+    char buf[64] = {0};
+    if (pipe(out) == 0) {
+      posix_spawn_file_actions_init(&fa);
+      posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+      posix_spawn_file_actions_addclose(&fa, out[0]);
+      if (posix_spawnp(&pid, "python3", &fa, NULL, argv, environ) == 0) {
+        int st;
+        ssize_t r;
+        close(out[1]);
+        r = read(out[0], buf, sizeof buf - 1);
+        if (r > 0) py_s = strtod(buf, NULL);
+        waitpid(pid, &st, 0);
+      } else
+        close(out[1]);
+      close(out[0]);
+      posix_spawn_file_actions_destroy(&fa);
+    }
+    if (py_s > 0)
+      printf("{\"bench\":\"python_sqlite3\",\"calls\":%d,\"mean_us\":%.1f,"
+             "\"idem_mean_us\":%.1f,\"idem_vs_python\":%.2f}\n",
+             n1, py_s / n1 * 1e6, single_s / n1 * 1e6,
+             (py_s / n1) / (single_s / n1));
+    else
+      printf("{\"bench\":\"python_sqlite3\",\"skipped\":\"python3 not "
+             "available\"}\n");
+  }
+  if (failed) {
+    cli_err("bench: %d guarded calls failed", failed);
+    rc = EXIT_FAIL;
+  }
+  return rc;
+}

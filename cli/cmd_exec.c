@@ -1,0 +1,622 @@
+/*
+** cmd_exec.c - `idem exec`: a command-line tool through the guard (SPEC §9).
+**
+**   idem exec [--policy FILE] [--log URL] --session S --call C --tool T
+**             [--args JSON|-] [--timeout MS] [--status CMD] -- COMMAND...
+**
+** The command gets the key in IDEM_KEY (and IDEM_SESSION, IDEM_CALL_ID,
+** IDEM_TOOL, IDEM_ATTEMPT) and the arguments on stdin.  Exit 0 -> applied
+** (stdout is the result: JSON when it parses, else a string); 100 -> not
+** applied; 101 -> rejected; anything else, a signal or the deadline ->
+** unknown (the policy's exit_codes may map others).  The status command
+** (sh -c) gets the same environment: 0 -> applied, 100 -> not applied,
+** else unknown.
+**
+** The command does not run as our child but as the child of a runner,
+** `idem __run`, so that its result is still recorded when it comes after
+** the deadline - after this process has answered and exited.  The runner
+** hands the result back over a pipe; if nobody reads it any more (EPIPE),
+** it records it in the log itself as a late result.  If the runner's write
+** races with our giving up, the action stays in doubt and reconciliation
+** settles it: the safe direction.
+*/
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "idemInt.h"
+
+extern char **environ;
+
+#define MAX_OUTPUT ((size_t)16 << 20)
+
+/* ---- results --------------------------------------------------------------- */
+
+/* The result of a command as JSON: its stdout when that is a JSON text,
+** else stdout as a string (one trailing newline dropped, bad UTF-8 bytes as
+** U+FFFD).  NULL for empty output.  free() it. */
+static char *result_json(const char *out, size_t len) {
+  idem_canon *c = NULL;
+  const char *canon;
+  size_t clen, bad, i;
+  idem__buf b, clean;
+  char *json = NULL;
+  if (!out || len == 0) return NULL;
+  if (idem_canon_open(&c) != IDEM_OK) return NULL;
+  idem_canon_limit(c, IDEM_LIMIT_BYTES, MAX_OUTPUT);
+  if (idem_canon_json(c, out, len, &canon, &clen) == IDEM_OK) {
+    if ((json = malloc(clen + 1))) {
+      memcpy(json, canon, clen);
+      json[clen] = '\0';
+    }
+    idem_canon_close(c);
+    return json;
+  }
+  idem_canon_close(c);
+  if (out[len - 1] == '\n') len--;
+  idem__buf_init(&b, MAX_OUTPUT * 6 + 16);
+  idem__buf_init(&clean, MAX_OUTPUT * 3 + 16);
+  for (i = 0; i < len;) {
+    const unsigned char *p = (const unsigned char *)out + i;
+    size_t k =
+        *p < 0x80 ? 1 : idem__utf8_len(p, (const unsigned char *)out + len);
+    if (k && *p) {
+      idem__buf_append(&clean, p, k);
+      i += k;
+    } else {
+      idem__buf_append(&clean, "\xEF\xBF\xBD", 3);
+      i++;
+    }
+  }
+  if (idem__canon_string(&b, clean.p ? clean.p : "", clean.len, &bad) ==
+          IDEM_OK &&
+      (json = malloc(b.len + 1))) {
+    memcpy(json, b.p, b.len);
+    json[b.len] = '\0';
+  }
+  idem__buf_free(&b);
+  idem__buf_free(&clean);
+  return json;
+}
+
+static int in_list(const int *codes, int n, int code) {
+  for (int i = 0; i < n; i++)
+    if (codes[i] == code) return 1;
+  return 0;
+}
+
+/* Exit codes -> outcome, by the rule's lists. */
+static int map_exit(const idem__tool_rule *r, const cli_run_result *res) {
+  if (res->timed_out || !res->exited) return IDEM_OUTCOME_UNKNOWN;
+  if (in_list(r->exit_applied, r->n_exit_applied, res->exit_code))
+    return IDEM_OUTCOME_APPLIED;
+  if (in_list(r->exit_not_applied, r->n_exit_not_applied, res->exit_code))
+    return IDEM_OUTCOME_NOT_APPLIED;
+  if (in_list(r->exit_rejected, r->n_exit_rejected, res->exit_code))
+    return IDEM_OUTCOME_REJECTED;
+  return IDEM_OUTCOME_UNKNOWN;
+}
+
+static void describe(const cli_run_result *res, long long deadline, char *buf,
+                     size_t n) {
+  if (res->spawn_errno)
+    snprintf(buf, n, "the command could not be started: %s",
+             strerror(res->spawn_errno));
+  else if (res->timed_out)
+    snprintf(buf, n, "no answer within %lld ms", deadline);
+  else if (res->signal)
+    snprintf(buf, n, "the command was killed by signal %d", res->signal);
+  else
+    snprintf(buf, n, "the command exited with status %d", res->exit_code);
+}
+
+/* ---- the environment of the command ----------------------------------------- */
+
+typedef struct env_set {
+  char **envp;
+  char *own[6];
+} env_set;
+
+static int env_build(env_set *e, const char *key, const char *session,
+                     const char *call, const char *tool, int attempt) {
+  const char *names[] = {"IDEM_KEY=", "IDEM_SESSION=", "IDEM_CALL_ID=",
+                         "IDEM_TOOL=", "IDEM_ATTEMPT="};
+  char num[16];
+  const char *vals[5];
+  size_t n = 0, k = 0, i;
+  snprintf(num, sizeof num, "%d", attempt);
+  vals[0] = key;
+  vals[1] = session;
+  vals[2] = call;
+  vals[3] = tool;
+  vals[4] = num;
+  while (environ[n]) n++;
+  memset(e, 0, sizeof *e);
+  if (!(e->envp = calloc(n + 6, sizeof *e->envp))) return -1;
+  for (i = 0; i < n; i++) /* ours replace any inherited IDEM_* of the same */
+    if (strncmp(environ[i], "IDEM_KEY=", 9) &&
+        strncmp(environ[i], "IDEM_SESSION=", 13) &&
+        strncmp(environ[i], "IDEM_CALL_ID=", 13) &&
+        strncmp(environ[i], "IDEM_TOOL=", 10) &&
+        strncmp(environ[i], "IDEM_ATTEMPT=", 13))
+      e->envp[k++] = environ[i];
+  for (i = 0; i < 5; i++) {
+    size_t a = strlen(names[i]), b = strlen(vals[i]);
+    if (!(e->own[i] = malloc(a + b + 1))) return -1;
+    memcpy(e->own[i], names[i], a);
+    memcpy(e->own[i] + a, vals[i], b + 1);
+    e->envp[k++] = e->own[i];
+  }
+  return 0;
+}
+
+static void env_free(env_set *e) {
+  for (int i = 0; i < 6; i++) free(e->own[i]);
+  free(e->envp);
+}
+
+/* ---- one attempt, through the runner ----------------------------------------- */
+
+static void codes_arg(char *buf, size_t n, const idem__tool_rule *r) {
+  size_t k = 0;
+  const int *lists[3] = {r->exit_applied, r->exit_not_applied,
+                         r->exit_rejected};
+  const int counts[3] = {r->n_exit_applied, r->n_exit_not_applied,
+                         r->n_exit_rejected};
+  buf[0] = '\0';
+  for (int l = 0; l < 3; l++) {
+    for (int i = 0; i < counts[l] && k < n; i++)
+      k += (size_t)snprintf(buf + k, n - k, "%s%d", i ? "," : "", lists[l][i]);
+    if (l < 2 && k < n) k += (size_t)snprintf(buf + k, n - k, ";");
+  }
+}
+
+typedef struct exec_ctx {
+  const char *log;
+  char **command;
+  int ncommand;
+} exec_ctx;
+
+/* Run the command once for step s; the outcome, result and error out. */
+static int attempt(const exec_ctx *x, idem_step *s, const idem_call *call,
+                   const idem__tool_rule *rule, int *outcome, char **result,
+                   char *error, size_t errn) {
+  char token[32], codes[512], self[4096];
+  char **argv;
+  env_set env;
+  cli_run_opts o;
+  cli_run_result res;
+  size_t alen;
+  const char *args = idem_step_args(s, &alen);
+  long long deadline = idem_step_deadline_ms(s);
+  int k = 0, rc;
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  *result = NULL;
+  if (n <= 0) return -1;
+  self[n] = '\0';
+  snprintf(token, sizeof token, "%lld", idem_step_token(s));
+  codes_arg(codes, sizeof codes, rule);
+  if (!(argv = calloc((size_t)x->ncommand + 16, sizeof *argv))) return -1;
+  argv[k++] = self;
+  argv[k++] = (char *)"__run";
+  argv[k++] = (char *)"--log";
+  argv[k++] = (char *)(uintptr_t)x->log;
+  argv[k++] = (char *)"--session";
+  argv[k++] = (char *)(uintptr_t)call->session;
+  argv[k++] = (char *)"--call";
+  argv[k++] = (char *)(uintptr_t)call->call_id;
+  argv[k++] = (char *)"--token";
+  argv[k++] = token;
+  argv[k++] = (char *)"--codes";
+  argv[k++] = codes;
+  argv[k++] = (char *)"--";
+  for (int i = 0; i < x->ncommand; i++) argv[k++] = x->command[i];
+  if (env_build(&env, idem_step_key(s), call->session, call->call_id,
+                call->tool, idem_step_attempt(s))) {
+    free(argv);
+    env_free(&env);
+    return -1;
+  }
+  memset(&o, 0, sizeof o);
+  o.argv = argv;
+  o.envp = env.envp;
+  o.input = args;
+  o.input_len = alen;
+  o.deadline_ms = deadline;
+  o.max_output = MAX_OUTPUT + 4096;
+  rc = cli_run(&o, &res);
+  free(argv);
+  env_free(&env);
+  if (rc != 0 || res.spawn_errno) {
+    /* not even the runner started: nothing was sent */
+    *outcome = IDEM_OUTCOME_NOT_APPLIED;
+    snprintf(error, errn, "cannot start the runner: %s",
+             strerror(res.spawn_errno ? res.spawn_errno : errno));
+    free(res.out);
+    return 0;
+  }
+  if (res.timed_out || !res.out || res.out_len < 2) {
+    *outcome = IDEM_OUTCOME_UNKNOWN;
+    if (res.timed_out)
+      snprintf(error, errn, "no answer within %lld ms", deadline);
+    else
+      snprintf(error, errn, "the runner ended without a result");
+    free(res.out);
+    return 0;
+  }
+  /* runner protocol: "<outcome>\n<error line>\n<result>" */
+  {
+    char *p = res.out, *nl1 = strchr(p, '\n'), *nl2;
+    *outcome = atoi(p);
+    if (!nl1 || !(nl2 = strchr(nl1 + 1, '\n')) || *outcome < 1 ||
+        *outcome > 4) {
+      *outcome = IDEM_OUTCOME_UNKNOWN;
+      snprintf(error, errn, "the runner's answer is garbled");
+    } else {
+      size_t el = (size_t)(nl2 - nl1 - 1);
+      snprintf(error, errn, "%.*s", (int)el, nl1 + 1);
+      if (res.out + res.out_len > nl2 + 1) {
+        size_t rl = (size_t)(res.out + res.out_len - (nl2 + 1));
+        if ((*result = malloc(rl + 1))) {
+          memcpy(*result, nl2 + 1, rl);
+          (*result)[rl] = '\0';
+        }
+      }
+    }
+  }
+  free(res.out);
+  return 0;
+}
+
+/* The status command: sh -c CMD, killed past the deadline. */
+static int check(idem_step *s, const idem_call *call, int *outcome,
+                 char **result) {
+  const char *cmd = idem_step_check_command(s);
+  char *argv[] = {(char *)"sh", (char *)"-c", (char *)(uintptr_t)cmd, NULL};
+  size_t tlen;
+  const char *target = idem_step_check_target(s, &tlen);
+  env_set env;
+  cli_run_opts o;
+  cli_run_result res;
+  *result = NULL;
+  *outcome = IDEM_OUTCOME_UNKNOWN;
+  if (!cmd) return 0;
+  if (env_build(&env, idem_step_check_key(s), call->session, call->call_id,
+                call->tool, idem_step_attempt(s))) {
+    env_free(&env);
+    return -1;
+  }
+  memset(&o, 0, sizeof o);
+  o.argv = argv;
+  o.envp = env.envp;
+  o.input = target;
+  o.input_len = tlen;
+  o.deadline_ms = idem_step_deadline_ms(s);
+  o.kill_on_deadline = 1;
+  o.new_group = 1;
+  o.max_output = MAX_OUTPUT;
+  if (cli_run(&o, &res) == 0 && !res.timed_out && res.exited) {
+    if (res.exit_code == 0) {
+      *outcome = IDEM_OUTCOME_APPLIED;
+      *result = result_json(res.out, res.out_len);
+    } else if (res.exit_code == 100)
+      *outcome = IDEM_OUTCOME_NOT_APPLIED;
+  }
+  free(res.out);
+  env_free(&env);
+  return 0;
+}
+
+
+static int exit_for(int answer) {
+  switch (answer) {
+  case IDEM_ANSWER_SUCCEEDED:
+  case IDEM_ANSWER_ALREADY_APPLIED: return 0;
+  case IDEM_ANSWER_FAILED: return 1;
+  case IDEM_ANSWER_INVALID_ARGUMENTS:
+  case IDEM_ANSWER_CONFLICT: return 65;
+  case IDEM_ANSWER_OUTCOME_UNKNOWN:
+  case IDEM_ANSWER_IN_PROGRESS: return 75;
+  case IDEM_ANSWER_REFUSED: return 77;
+  default: return 1;
+  }
+}
+
+/* ---- policy overrides from the command line ------------------------------- */
+
+static int load_policy(const char *path, const char *tool, long long timeout,
+                       const char *status, idem_policy **out) {
+  idem_policy *p = NULL;
+  idem__tool_rule scratch;
+  const idem__tool_rule *r;
+  int rc;
+  if (path) {
+    rc = idem_policy_load(path, &p);
+    if (rc) {
+      cli_err("%s: %s", path, p ? idem_policy_errmsg(p) : "out of memory");
+      idem_policy_free(p);
+      return rc == IDEM_POLICY ? EXIT_DATA : EXIT_FAIL;
+    }
+  } else {
+    /* no policy: this tool, guarded with the defaults */
+    idem__buf b;
+    size_t bad;
+    idem__buf_init(&b, 1 << 20);
+    rc = idem__buf_append(&b, "{\"tools\":{", 10);
+    if (!rc) rc = idem__canon_string(&b, tool, strlen(tool), &bad);
+    if (!rc) rc = idem__buf_append(&b, ":{\"class\":\"guarded\"}}}", 22);
+    if (rc || idem_policy_parse(b.p, b.len, "the default policy", &p)) {
+      cli_err("the tool name is not valid UTF-8: %s", tool);
+      idem__buf_free(&b);
+      idem_policy_free(p);
+      return EXIT_USAGE;
+    }
+    idem__buf_free(&b);
+  }
+  r = idem__policy_rule(p, tool, &scratch);
+  if ((timeout > 0 || status) && r == &scratch) {
+    cli_err("--timeout and --status need %s to be named in the policy", tool);
+    idem_policy_free(p);
+    return EXIT_USAGE;
+  }
+  if (r != &scratch) {
+    idem__tool_rule *w = (idem__tool_rule *)(uintptr_t)r;
+    if (timeout > 0) {
+      if (w->reconcile_timeout_ms == w->timeout_ms)
+        w->reconcile_timeout_ms = timeout;
+      w->timeout_ms = timeout;
+    }
+    if (status) {
+      char *cmd = idem__malloc(strlen(status) + 1);
+      if (cmd) memcpy(cmd, status, strlen(status) + 1);
+      if (!cmd) {
+        idem_policy_free(p);
+        return EXIT_FAIL;
+      }
+      idem__free(w->status.command);
+      idem__free(w->status.tool);
+      w->status.tool = NULL;
+      w->status.command = cmd;
+      w->has_status = 1;
+    }
+  }
+  *out = p;
+  return EXIT_OK;
+}
+
+int cmd_exec(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"policy", required_argument, NULL, 'p'},
+      {"log", required_argument, NULL, 'L'},
+      {"session", required_argument, NULL, 's'},
+      {"call", required_argument, NULL, 'c'},
+      {"tool", required_argument, NULL, 't'},
+      {"args", required_argument, NULL, 'a'},
+      {"timeout", required_argument, NULL, 'T'},
+      {"status", required_argument, NULL, 'S'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  const char *policy_path = NULL, *log = NULL, *args = "{}", *status = NULL;
+  idem_call call = {NULL, NULL, NULL, NULL, 0};
+  size_t timeout = 0;
+  char *stdin_args = NULL, *result = NULL, error[512], logbuf[4200];
+  idem_policy *policy = NULL;
+  idem_guard *g = NULL;
+  idem_step *s = NULL;
+  idem__tool_rule scratch;
+  const idem__tool_rule *rule;
+  exec_ctx x;
+  int ch, rc, code = EXIT_FAIL, outcome;
+
+  while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'p': policy_path = optarg; break;
+    case 'L': log = optarg; break;
+    case 's': call.session = optarg; break;
+    case 'c': call.call_id = optarg; break;
+    case 't': call.tool = optarg; break;
+    case 'a': args = optarg; break;
+    case 'T':
+      if (cli_parse_size("--timeout", optarg, 1, 86400000, &timeout))
+        return EXIT_USAGE;
+      break;
+    case 'S': status = optarg; break;
+    case 'h': cli_print_usage(stdout, "exec"); return EXIT_OK;
+    case ':':
+      return cli_usage("exec", "option '%s' needs a value", argv[optind - 1]);
+    default:
+      return cli_usage("exec", "no option '%s' for exec", argv[optind - 1]);
+    }
+  }
+  if (!call.session) call.session = getenv("IDEM_SESSION");
+  if (!call.session || !*call.session)
+    return cli_usage("exec", "--session is required");
+  if (!call.call_id || !*call.call_id)
+    return cli_usage("exec", "--call is required");
+  if (!call.tool || !*call.tool) return cli_usage("exec", "--tool is required");
+  if (optind >= argc)
+    return cli_usage("exec", "the command to run is missing (after --)");
+  x.command = argv + optind;
+  x.ncommand = argc - optind;
+
+  if (strcmp(args, "-") == 0) {
+    int trunc, err = cli_read_all(NULL, IDEM_DEFAULT_MAX_BYTES, &stdin_args,
+                                  &call.args_len, &trunc);
+    if (err) {
+      cli_err("stdin: %s", strerror(err));
+      return EXIT_FAIL;
+    }
+    if (trunc) {
+      cli_err("arguments: text larger than the limit of %u bytes",
+              IDEM_DEFAULT_MAX_BYTES);
+      free(stdin_args);
+      return EXIT_DATA;
+    }
+    call.args = stdin_args;
+  } else {
+    call.args = args;
+    call.args_len = strlen(args);
+  }
+  if ((rc = load_policy(policy_path, call.tool, (long long)timeout, status,
+                        &policy))) {
+    free(stdin_args);
+    return rc;
+  }
+  /* the runner needs the very log we use */
+  if (!log) log = idem__default_log(logbuf, sizeof logbuf);
+  x.log = log;
+  rule = idem__policy_rule(policy, call.tool, &scratch);
+
+  if ((rc = idem_guard_open(log, policy, &g))) {
+    cli_err("%s; the command was not run", idem_guard_errmsg(g));
+    goto out;
+  }
+  if ((rc = idem_guard_begin(g, &call, &s))) {
+    cli_err("%s; the command was not run", idem_guard_errmsg(g));
+    goto out;
+  }
+  for (;;) {
+    switch (idem_step_next(s)) {
+    case IDEM_NEXT_EXECUTE:
+      idem__sleep_ms(idem_step_delay_ms(s));
+      error[0] = '\0';
+      if (attempt(&x, s, &call, rule, &outcome, &result, error, sizeof error)) {
+        cli_err("cannot run the command: %s", strerror(errno));
+        outcome = IDEM_OUTCOME_NOT_APPLIED;
+      }
+      rc = idem_step_finish(s, outcome, result, result ? strlen(result) : 0,
+                            error[0] ? error : NULL);
+      free(result);
+      result = NULL;
+      break;
+    case IDEM_NEXT_CHECK:
+      if (check(s, &call, &outcome, &result)) outcome = IDEM_OUTCOME_UNKNOWN;
+      rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
+      free(result);
+      result = NULL;
+      break;
+    case IDEM_NEXT_WAIT:
+      idem__sleep_ms(idem_step_delay_ms(s));
+      rc = idem_step_poll(s);
+      break;
+    case IDEM_NEXT_ANSWER: {
+      size_t len;
+      const char *env = idem_step_envelope(s, &len);
+      fwrite(env, 1, len, stdout);
+      fputc('\n', stdout);
+      if (cli_flush() != EXIT_OK) goto out;
+      idem_step_delivered(s);
+      code = exit_for(idem_step_answer(s));
+      goto out;
+    }
+    default: rc = IDEM_MISUSE;
+    }
+    if (rc) {
+      cli_err("%s", idem_guard_errmsg(g));
+      goto out;
+    }
+  }
+out:
+  idem_step_free(s);
+  idem_guard_close(g);
+  idem_policy_free(policy);
+  free(stdin_args);
+  return code;
+}
+
+/* ---- idem __run: the runner --------------------------------------------------- */
+
+static int parse_codes(const char *s, idem__tool_rule *r) {
+  int *lists[3] = {r->exit_applied, r->exit_not_applied, r->exit_rejected};
+  int *counts[3] = {&r->n_exit_applied, &r->n_exit_not_applied,
+                    &r->n_exit_rejected};
+  int l = 0;
+  for (int i = 0; i < 3; i++) *counts[i] = 0;
+  while (*s && l < 3) {
+    if (*s == ';') {
+      l++;
+      s++;
+    } else if (*s == ',') {
+      s++;
+    } else {
+      char *end;
+      long v = strtol(s, &end, 10);
+      if (end == s) return -1;
+      if (*counts[l] < IDEM__MAX_EXIT_CODES) lists[l][(*counts[l])++] = (int)v;
+      s = end;
+    }
+  }
+  return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"log", required_argument, NULL, 'L'},
+      {"session", required_argument, NULL, 's'},
+      {"call", required_argument, NULL, 'c'},
+      {"token", required_argument, NULL, 'k'},
+      {"codes", required_argument, NULL, 'C'},
+      {NULL, 0, NULL, 0}};
+  const char *log = NULL, *session = NULL, *call = NULL;
+  long long token = 0;
+  idem__tool_rule rule;
+  char *input = NULL, *result = NULL, error[512], head[600];
+  size_t in_len = 0;
+  cli_run_opts o;
+  cli_run_result res;
+  int ch, trunc, outcome, failed = 0;
+
+  idem__rule_defaults(&rule, "run");
+  while ((ch = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'L': log = optarg; break;
+    case 's': session = optarg; break;
+    case 'c': call = optarg; break;
+    case 'k': token = strtoll(optarg, NULL, 10); break;
+    case 'C':
+      if (parse_codes(optarg, &rule)) return EXIT_USAGE;
+      break;
+    default: return EXIT_USAGE;
+    }
+  }
+  if (!log || !session || !call || optind >= argc) return EXIT_USAGE;
+  signal(SIGPIPE, SIG_IGN);
+  if (cli_read_all(NULL, MAX_OUTPUT, &input, &in_len, &trunc)) return EXIT_FAIL;
+  memset(&o, 0, sizeof o);
+  o.argv = argv + optind;
+  o.input = input;
+  o.input_len = in_len;
+  o.deadline_ms = -1;
+  o.max_output = MAX_OUTPUT;
+  if (cli_run(&o, &res) != 0 && !res.spawn_errno) res.spawn_errno = errno;
+  outcome = res.spawn_errno ? IDEM_OUTCOME_NOT_APPLIED : map_exit(&rule, &res);
+  if (res.too_big) outcome = IDEM_OUTCOME_UNKNOWN;
+  error[0] = '\0';
+  if (outcome != IDEM_OUTCOME_APPLIED) describe(&res, -1, error, sizeof error);
+  if (outcome == IDEM_OUTCOME_APPLIED || outcome == IDEM_OUTCOME_REJECTED)
+    result = result_json(res.out, res.out_len);
+  free(input);
+  free(res.out);
+
+  /* hand the result back; if nobody reads it any more, record it */
+  snprintf(head, sizeof head, "%d\n%s\n", outcome, error);
+  if (fwrite(head, 1, strlen(head), stdout) != strlen(head) ||
+      (result && fwrite(result, 1, strlen(result), stdout) != strlen(result)) ||
+      fflush(stdout) != 0)
+    failed = 1;
+  if (failed) {
+    idem_guard *g = NULL;
+    if (idem_guard_open(log, NULL, &g) == IDEM_OK)
+      idem_guard_late(g, session, call, token, outcome, result,
+                      result ? strlen(result) : 0, error[0] ? error : NULL);
+    idem_guard_close(g);
+  }
+  free(result);
+  return EXIT_OK;
+}

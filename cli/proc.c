@@ -1,0 +1,155 @@
+/*
+** proc.c - running a command with input, captured output and a deadline.
+**
+** The command gets its input on stdin from a pipe and writes its output to
+** another; both are served with poll() so neither side can block the other.
+** Past the deadline the caller chooses: kill the command (a status check),
+** or leave it running and return (a tool run, whose late result someone
+** else records).  Output beyond the cap is an error, not a crash.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int cli_run(const cli_run_opts *o, cli_run_result *r) {
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, status = 0, rc = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t sa;
+  size_t sent = 0, cap = 0;
+  long long until = o->deadline_ms >= 0 ? mono_ms() + o->deadline_ms : -1;
+  pid_t pid;
+  memset(r, 0, sizeof *r);
+  r->exit_code = -1;
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) goto fail;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawnattr_init(&sa);
+  if (o->new_group) {
+    posix_spawnattr_setpgroup(&sa, 0);
+    posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETPGROUP);
+  }
+  errno = posix_spawnp(&pid, o->argv[0], &fa, &sa, o->argv,
+                       o->envp ? o->envp : environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&sa);
+  if (errno) {
+    r->spawn_errno = errno;
+    goto fail;
+  }
+  r->pid = pid;
+  close(in[0]);
+  close(out[1]);
+  in[0] = out[1] = -1;
+  fcntl(in[1], F_SETFL, O_NONBLOCK);
+  if (o->input_len == 0) {
+    close(in[1]);
+    in[1] = -1;
+  }
+  for (;;) {
+    struct pollfd pf[2];
+    int n = 0, wait_ms = -1, k;
+    if (out[0] >= 0) pf[n++] = (struct pollfd){out[0], POLLIN, 0};
+    if (in[1] >= 0) pf[n++] = (struct pollfd){in[1], POLLOUT, 0};
+    if (n == 0) break;
+    if (until >= 0) {
+      long long left = until - mono_ms();
+      if (left <= 0) {
+        r->timed_out = 1;
+        break;
+      }
+      wait_ms = left > 1000000 ? 1000000 : (int)left;
+    }
+    k = poll(pf, (nfds_t)n, wait_ms);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) goto fail;
+    for (int i = 0; i < n; i++) {
+      if (!pf[i].revents) continue;
+      if (pf[i].fd == in[1]) {
+        ssize_t w = write(in[1], o->input + sent, o->input_len - sent);
+        if (w > 0) sent += (size_t)w;
+        if ((w < 0 && errno != EAGAIN) || sent == o->input_len) {
+          close(in[1]); /* done, or the command does not read: fine */
+          in[1] = -1;
+        }
+      } else {
+        ssize_t got;
+        if (r->out_len + 65536 > cap) {
+          char *p;
+          if (cap >= o->max_output) {
+            r->too_big = 1;
+            close(out[0]);
+            out[0] = -1;
+            continue;
+          }
+          cap = cap ? cap * 2 : 65536;
+          if (cap > o->max_output) cap = o->max_output;
+          if (!(p = realloc(r->out, cap + 1))) goto fail;
+          r->out = p;
+        }
+        got = read(out[0], r->out + r->out_len, cap - r->out_len);
+        if (got > 0)
+          r->out_len += (size_t)got;
+        else if (got == 0 || errno != EINTR) {
+          close(out[0]);
+          out[0] = -1;
+        }
+      }
+    }
+  }
+  if (r->out) r->out[r->out_len] = '\0';
+  if (r->timed_out) {
+    if (o->kill_on_deadline) {
+      kill(o->new_group ? -pid : pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+    rc = 0;
+    goto fail;
+  }
+  /* output closed: the command is ending; wait for it within the deadline */
+  for (;;) {
+    pid_t w = waitpid(pid, &status, until >= 0 ? WNOHANG : 0);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) goto fail;
+    if (until >= 0 && mono_ms() >= until) {
+      r->timed_out = 1;
+      if (o->kill_on_deadline) {
+        kill(o->new_group ? -pid : pid, SIGKILL);
+        waitpid(pid, &status, 0);
+      }
+      rc = 0;
+      goto fail;
+    }
+    if (until >= 0) {
+      struct timespec ts = {0, 2000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  r->exited = WIFEXITED(status);
+  r->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  rc = 0;
+fail:
+  if (in[0] >= 0) close(in[0]);
+  if (in[1] >= 0) close(in[1]);
+  if (out[0] >= 0) close(out[0]);
+  if (out[1] >= 0) close(out[1]);
+  return rc;
+}

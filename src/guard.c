@@ -1,0 +1,1465 @@
+/*
+** guard.c - deciding a call (SPEC §6).
+**
+** A step walks one call through these phases; each ends by telling the
+** caller what to do next (enum idem_next):
+**
+**   classify   refused -> ANSWER; read_only/idempotent -> PASS (EXECUTE,
+**              nothing recorded); guarded -> mint the key, look up.
+**   lookup     the action (session, call id) exists -> EXISTING; else the
+**              store's atomic begin: INSERTED (the pending record is durable
+**              now) -> EXECUTE; FOUND -> EXISTING; FENCED -> FENCE.
+**   EXISTING   another fingerprint -> conflict.  succeeded / failed /
+**              deduplicated -> replay.  pending under a live owner -> WAIT
+**              (bounded by wait_ms, then in_progress).  pending with a dead
+**              owner or an expired lease, or in_doubt -> take the lease
+**              over (the token grows) and RECONCILE.  not_applied -> take
+**              over durably and EXECUTE again with the same key.
+**   FENCE      the earlier action is succeeded and not yet told -> record
+**              this call deduplicated, answer already_applied.  In flight
+**              -> WAIT, then look again.  In doubt -> take it over and
+**              CHECK it; applied -> already_applied; not applied -> release
+**              it and begin this call; unknown -> outcome_unknown naming it.
+**   EXECUTE    the caller calls downstream and reports the outcome: applied
+**              -> succeeded; rejected -> failed; not applied -> retry with
+**              backoff (durably pending again first); unknown -> in_doubt,
+**              then retry with the same key when the provider dedupes on
+**              it, else RECONCILE.
+**   RECONCILE  a status check when the policy names one (CHECK), else
+**              outcome_unknown.
+**
+** Invariants.  No EXECUTE is handed out unless the store has durably
+** recorded the action as pending with this step's token (begin, or a
+** durable change).  Every write is a compare-and-set on state and token, so
+** a step that lost its lease can only resolve an in_doubt record (a late
+** result) and never overwrite a terminal one; a step that finds it lost a
+** race re-reads the record and decides again.  Crash points (SPEC §11) sit
+** at the four places where a crash leaves a different trace.
+*/
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "idemInt.h"
+
+#define GUARD_MAGIC 0x1de36a2du
+#define STEP_MAGIC 0x1de35e9au
+#define BIT(state) (1u << (state))
+#define ALL_STATES 0xFEu
+#define POLL_MS 25
+#define RACE_LIMIT 16 /* re-decisions after lost races before giving up */
+
+struct idem_guard {
+  unsigned magic;
+  pthread_mutex_t mu;
+  int refs; /* the user's, plus one per tool run still in flight */
+  idem__store *st;
+  const idem_policy *policy;
+  char owner[128];
+};
+
+enum phase {
+  PH_ANSWERED = 0,
+  PH_PASS,          /* EXECUTE of a tool that is not guarded      */
+  PH_EXEC,          /* EXECUTE of our own action                  */
+  PH_CHECK_OWN,     /* CHECK of our own action                    */
+  PH_CHECK_EARLIER, /* CHECK of the action that fences this call  */
+  PH_WAIT           /* WAIT, then decide again from the lookup    */
+};
+
+struct idem_step {
+  unsigned magic;
+  idem_guard *g;
+  const idem__tool_rule *rule;
+  idem__tool_rule scratch;
+  idem_canon *c;
+  char *session, *call_id, *tool;
+  char *key, *fingerprint, *args, *send_args, *fence_key;
+  size_t args_len, send_len;
+  char *check_args; /* status-check arguments, canonical */
+  size_t check_len;
+  int phase, next, answer;
+  int attempt;     /* the coming or last downstream attempt (1, 2, ...) */
+  long long token; /* our fencing token while we hold the lease         */
+  long long delay_ms, wait_until;
+  long long started; /* when the call was made: its record's created */
+  int races;
+  int late_ok;          /* an execute timed out: a late finish is recorded   */
+  int recover;          /* idem_guard_recover: check, never execute          */
+  int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
+  int told;             /* the delivery is recorded already                  */
+  idem_record *earlier; /* the fencing action, in FENCE and its CHECK     */
+  idem__buf env;
+};
+
+/* ---- errors --------------------------------------------------------------- */
+
+static __thread char tls_err[512];
+
+static int gfail(int rc, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static int gfail(int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tls_err, sizeof tls_err, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static int store_fail(idem_guard *g, int rc) {
+  return gfail(rc, "attempt log: %s", g->st->vt->errmsg(g->st));
+}
+
+const char *idem_guard_errmsg(const idem_guard *g) {
+  if (!g || g->magic != GUARD_MAGIC) return "bad idem_guard handle";
+  return tls_err;
+}
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static char *dup_str(const char *s) {
+  size_t n;
+  char *p;
+  if (!s) return NULL;
+  n = strlen(s) + 1;
+  if ((p = idem__malloc(n))) memcpy(p, s, n);
+  return p;
+}
+
+static char *dup_mem(const char *s, size_t n) {
+  char *p = idem__malloc(n + 1);
+  if (p) {
+    memcpy(p, s, n);
+    p[n] = '\0';
+  }
+  return p;
+}
+
+static long long now_ms(idem_step *s) {
+  long long t = 0;
+  if (s->g->st->vt->now(s->g->st, &t) != IDEM_OK) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  }
+  return t;
+}
+
+static long long lease_ms(const idem__tool_rule *r) {
+  return r->timeout_ms * (r->retries + 1) + r->reconcile_timeout_ms + 10000;
+}
+
+/* The delay before retry n (1, 2, ...): backoff_ms doubling, capped at a
+** minute so that no shift overflows. */
+static long long backoff(const idem__tool_rule *r, int n) {
+  long long d = r->backoff_ms;
+  while (--n > 0 && d < 60000) d *= 2;
+  return d < 60000 ? d : 60000;
+}
+
+static int has_check(const idem__tool_rule *r) {
+  return r->has_status && (r->status.tool || r->status.command);
+}
+
+/* ---- answers -------------------------------------------------------------- */
+
+/* Finish the step with an envelope. */
+static int answer(idem_step *s, int ans, int replayed, int attempts,
+                  const char *result, const char *dup_of, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 7, 8)))
+#endif
+    ;
+static int answer(idem_step *s, int ans, int replayed, int attempts,
+                  const char *result, const char *dup_of, const char *fmt,
+                  ...) {
+  char msg[1024];
+  idem__env e;
+  int rc;
+  if (fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+  }
+  memset(&e, 0, sizeof e);
+  e.answer = ans;
+  e.tool = s->tool;
+  e.call_id = s->call_id;
+  e.key = s->key;
+  e.replayed = replayed;
+  e.attempts = attempts;
+  e.result = result;
+  e.message = fmt ? msg : NULL;
+  e.duplicate_of = dup_of;
+  if (ans == IDEM_ANSWER_OUTCOME_UNKNOWN && s->rule->has_status &&
+      s->rule->status.tool) {
+    e.check_tool = s->rule->status.tool;
+    e.check_args = s->check_args;
+  }
+  s->phase = PH_ANSWERED;
+  s->next = IDEM_NEXT_ANSWER;
+  s->answer = ans;
+  if ((rc = idem__envelope(&s->env, &e)))
+    return gfail(IDEM_NOMEM, "out of memory building the envelope");
+  return IDEM_OK;
+}
+
+/* The one safe next move after an unknown outcome. */
+static const char *check_hint(idem_step *s, char *buf, size_t n) {
+  const idem__tool_rule *r = s->rule;
+  if (r->has_status && r->status.tool)
+    snprintf(buf, n,
+             "Do not call %s again before checking: call %s with %s first.",
+             s->tool, r->status.tool, s->check_args ? s->check_args : "{}");
+  else if (r->has_status && r->status.command)
+    snprintf(buf, n,
+             "Do not call %s again; the status check could not settle it, "
+             "so tell the user the outcome is not yet known.",
+             s->tool);
+  else
+    snprintf(buf, n,
+             "Do not call %s again for this; there is no status check for "
+             "it, so tell the user the outcome is not yet known.",
+             s->tool);
+  return buf;
+}
+
+static int answer_unknown(idem_step *s, const char *whose) {
+  char hint[512];
+  if (whose)
+    return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, 0, NULL, whose,
+                  "An identical %s call (call id %s) is unresolved: it is not "
+                  "known whether it took effect, so this call was not run. %s",
+                  s->tool, whose, check_hint(s, hint, sizeof hint));
+  return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, s->attempt, NULL, NULL,
+                "The %s call did not answer in time; it is not known whether "
+                "it took effect. %s",
+                s->tool, check_hint(s, hint, sizeof hint));
+}
+
+/* Answer with the outcome a terminal record holds. */
+static int answer_outcome(idem_step *s, const idem_record *r, int replayed) {
+  switch (r->state) {
+  case IDEM_STATE_SUCCEEDED:
+    return answer(s, IDEM_ANSWER_SUCCEEDED, replayed, r->attempts, r->result,
+                  NULL, NULL);
+  case IDEM_STATE_FAILED:
+    return answer(s, IDEM_ANSWER_FAILED, replayed, r->attempts, r->result, NULL,
+                  "The %s call was rejected and did not take effect%s%s. Do "
+                  "not repeat it unchanged; fix the arguments or ask the "
+                  "user.",
+                  s->tool, r->error ? ": " : "", r->error ? r->error : "");
+  default: /* IDEM_STATE_DEDUPLICATED */
+    return answer(s, IDEM_ANSWER_ALREADY_APPLIED, replayed, r->attempts,
+                  r->result, r->duplicate_of,
+                  "This %s action was already carried out by call %s and was "
+                  "not repeated; its result is included. Do not call it "
+                  "again.",
+                  s->tool, r->duplicate_of ? r->duplicate_of : "?");
+  }
+}
+
+/* ---- the record of this call ---------------------------------------------- */
+
+static void fill_record(idem_step *s, idem_record *r, long long now) {
+  memset(r, 0, sizeof *r);
+  r->session = s->session;
+  r->call_id = s->call_id;
+  r->tool = s->tool;
+  r->fingerprint = s->fingerprint;
+  r->key = s->key;
+  r->args = s->args;
+  r->fence_key = s->fence_key;
+  r->cls = IDEM_CLASS_GUARDED;
+  r->state = IDEM_STATE_PENDING;
+  r->owner = s->g->owner;
+  r->lease_until = now + lease_ms(s->rule);
+  r->token = 1;
+  r->created = s->started ? s->started : now;
+  r->updated = now;
+  r->expires = now + s->rule->retention_s * 1000;
+}
+
+/* A compare-and-set on a record: of this call by default. */
+static void change_init(idem_step *s, idem__change *ch, const idem_record *r) {
+  memset(ch, 0, sizeof *ch);
+  ch->session = r ? r->session : s->session;
+  ch->call_id = r ? r->call_id : s->call_id;
+  ch->expect_token = -1;
+  ch->delivered = -1;
+}
+
+static int decide(idem_step *s);
+static int decide_existing(idem_step *s, idem_record *r);
+
+/* We lost a race on the record: read it again and decide anew. */
+static int lost_race(idem_step *s, idem_record *now) {
+  idem_record_free(now);
+  if (++s->races > RACE_LIMIT)
+    return gfail(IDEM_BUSY, "the action %s/%s keeps changing under us",
+                 s->session, s->call_id);
+  return decide(s);
+}
+
+static int to_execute(idem_step *s, long long delay) {
+  s->phase = PH_EXEC;
+  s->next = IDEM_NEXT_EXECUTE;
+  s->delay_ms = delay;
+  return IDEM_OK;
+}
+
+/* Our record, in_doubt or not_applied and held by us, goes back to pending
+** durably before the next attempt (no downstream call without a durable
+** record of it). */
+static int repend(idem_step *s, int from_state, long long delay) {
+  idem__change ch;
+  idem_record *now = NULL;
+  int rc;
+  change_init(s, &ch, NULL);
+  ch.from = BIT(from_state);
+  ch.expect_token = s->token;
+  ch.state = IDEM_STATE_PENDING;
+  ch.durable = 1;
+  rc = s->g->st->vt->change(s->g->st, &ch, &now);
+  if (rc == IDEM_STALE) return lost_race(s, now);
+  idem_record_free(now);
+  if (rc) return store_fail(s->g, rc);
+  idem__crash_point("after_pending_commit");
+  return to_execute(s, delay);
+}
+
+/* Take the lease of record r over (its token grows), leaving it in state
+** (IN_DOUBT to reconcile, PENDING to execute). */
+static int take_over(idem_step *s, const idem_record *r, int state, int durable,
+                     idem_record **now) {
+  idem__change ch;
+  change_init(s, &ch, r);
+  ch.from = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_IN_DOUBT) |
+            BIT(IDEM_STATE_NOT_APPLIED);
+  ch.expect_token = r->token;
+  ch.state = state;
+  ch.take_lease = 1;
+  ch.owner = s->g->owner;
+  ch.lease_until = now_ms(s) + lease_ms(s->rule);
+  ch.durable = durable;
+  return s->g->st->vt->change(s->g->st, &ch, now);
+}
+
+/* ---- status-check arguments ------------------------------------------------ */
+
+/* The canonical value of top-level argument name in s->args, into *v (a
+** pointer into s->c's output) or "null". */
+static void arg_value(idem_step *s, const char *name, size_t n, const char **v,
+                      size_t *vlen) {
+  idem_canon *c = s->c;
+  size_t i;
+  *v = "null";
+  *vlen = 4;
+  for (i = 0; i < c->top_members; i++)
+    if (idem__member_is(c, &c->mem[i], name, n)) {
+      *v = c->out.p + c->mem[i].colon + 1;
+      *vlen = c->mem[i].end - c->mem[i].colon - 1;
+      return;
+    }
+}
+
+/* Fill the template of the status arguments: a string "{name}" becomes the
+** value of argument name, "{$key}" the key. */
+static int build_check_args(idem_step *s, const char *args, size_t args_len,
+                            const char *key) {
+  const char *t = s->rule->status.arguments, *p;
+  idem__canon_opt opt = {0, NULL, 0, 0};
+  idem__buf out;
+  int rc;
+  idem__free(s->check_args);
+  s->check_args = NULL;
+  if (!s->rule->has_status || !s->rule->status.tool) return IDEM_OK;
+  if (!t) t = "{}";
+  opt.max_depth = s->c->max_depth;
+  if ((rc = idem__canon_run(s->c, args, args_len, &opt))) return rc;
+  idem__buf_init(&out, s->c->out.cap);
+  for (p = t; *p && !rc;) {
+    if (*p == '"') { /* a string token of the canonical template */
+      const char *q = p + 1;
+      while (*q != '"') q += *q == '\\' ? 2 : 1;
+      if (q - p > 3 && p[1] == '{' && q[-1] == '}' &&
+          !memchr(p, '\\', (size_t)(q - p))) {
+        const char *name = p + 2, *v;
+        size_t n = (size_t)(q - 1 - name), vlen;
+        if (n == 4 && memcmp(name, "$key", 4) == 0) {
+          size_t bad;
+          rc = idem__canon_string(&out, key, strlen(key), &bad);
+        } else {
+          arg_value(s, name, n, &v, &vlen);
+          rc = idem__buf_append(&out, v, vlen);
+        }
+      } else {
+        rc = idem__buf_append(&out, p, (size_t)(q + 1 - p));
+      }
+      p = q + 1;
+    } else {
+      rc = idem__buf_append(&out, p++, 1);
+    }
+  }
+  if (!rc) {
+    s->check_args = dup_mem(out.p, out.len);
+    s->check_len = out.len;
+    if (!s->check_args) rc = IDEM_NOMEM;
+  }
+  idem__buf_free(&out);
+  return rc ? gfail(rc, "cannot build the status-check arguments") : IDEM_OK;
+}
+
+/* ---- reconciliation ------------------------------------------------------- */
+
+/* Our own action is in doubt and held by us (s->token): check, retry or
+** answer unknown. */
+static int reconcile_own(idem_step *s, const idem_record *r) {
+  long long now = now_ms(s);
+  s->attempt = r->attempts;
+  if (has_check(s->rule)) {
+    int rc = build_check_args(s, s->args, s->args_len, s->key);
+    if (rc) return rc;
+    s->phase = PH_CHECK_OWN;
+    s->next = IDEM_NEXT_CHECK;
+    s->delay_ms = 0;
+    return IDEM_OK;
+  }
+  if (s->rule->provider_dedupes &&
+      r->created + s->rule->provider_key_ttl_s * 1000 > now &&
+      r->attempts < s->rule->retries + 1) {
+    s->attempt = r->attempts + 1;
+    return repend(s, IDEM_STATE_IN_DOUBT, 0);
+  }
+  return answer_unknown(s, NULL);
+}
+
+/* ---- deciding ------------------------------------------------------------- */
+
+/* Wait for another owner, up to wait_ms from the first wait. */
+static int wait_or(idem_step *s, const char *whose) {
+  long long now = now_ms(s);
+  if (!s->wait_until) s->wait_until = now + s->rule->wait_ms;
+  if (now < s->wait_until) {
+    s->phase = PH_WAIT;
+    s->next = IDEM_NEXT_WAIT;
+    s->delay_ms = POLL_MS;
+    return IDEM_OK;
+  }
+  if (whose)
+    return answer(s, IDEM_ANSWER_IN_PROGRESS, 0, 0, NULL, whose,
+                  "An identical %s call (call id %s) is still running, so "
+                  "this one was not run. Do not call it again; check its "
+                  "outcome in a moment.",
+                  s->tool, whose);
+  return answer(s, IDEM_ANSWER_IN_PROGRESS, 0, 0, NULL, NULL,
+                "This %s call is still being carried out by another worker. "
+                "Do not call it again with a new call id; repeat this same "
+                "call (same call id) in a moment to get its outcome.",
+                s->tool);
+}
+
+/* Is a pending record's holder still at work? */
+static int holder_live(idem_step *s, const idem_record *r) {
+  if (r->lease_until <= now_ms(s)) return 0;
+  return idem__owner_alive(r->owner) != 0;
+}
+
+static int decide_existing(idem_step *s, idem_record *r) {
+  idem_record *now = NULL;
+  int rc;
+  if (strcmp(r->fingerprint, s->fingerprint) != 0) {
+    idem_record_free(r);
+    return answer(s, IDEM_ANSWER_CONFLICT, 0, 0, NULL, NULL,
+                  "The call id %s was already used for a %s call with "
+                  "different arguments. Nothing was run. For a new action "
+                  "use a new call id; to learn the outcome of the earlier "
+                  "one, repeat it with its original arguments.",
+                  s->call_id, s->tool);
+  }
+  switch (r->state) {
+  case IDEM_STATE_SUCCEEDED:
+  case IDEM_STATE_FAILED:
+  case IDEM_STATE_DEDUPLICATED:
+    s->told = r->delivered != 0; /* a replay of what the model was told */
+    rc = answer_outcome(s, r, 1);
+    idem_record_free(r);
+    return rc;
+  case IDEM_STATE_PENDING:
+    if (holder_live(s, r)) {
+      idem_record_free(r);
+      return wait_or(s, NULL);
+    }
+    /* the owner is gone or its lease ran out */
+    IDEM__FALLTHROUGH;
+  case IDEM_STATE_IN_DOUBT:
+    rc = take_over(s, r, IDEM_STATE_IN_DOUBT, 0, &now);
+    idem_record_free(r);
+    if (rc == IDEM_STALE) return lost_race(s, now);
+    if (rc) {
+      idem_record_free(now);
+      return store_fail(s->g, rc);
+    }
+    s->token = now->token;
+    rc = reconcile_own(s, now);
+    idem_record_free(now);
+    return rc;
+  case IDEM_STATE_NOT_APPLIED:
+    rc = take_over(s, r, IDEM_STATE_PENDING, 1, &now);
+    idem_record_free(r);
+    if (rc == IDEM_STALE) return lost_race(s, now);
+    if (rc) {
+      idem_record_free(now);
+      return store_fail(s->g, rc);
+    }
+    s->token = now->token;
+    s->attempt = now->attempts + 1;
+    idem_record_free(now);
+    idem__crash_point("after_pending_commit");
+    return to_execute(s, 0);
+  default:
+    idem_record_free(r);
+    return gfail(IDEM_CORRUPT, "record %s/%s has an unknown state", s->session,
+                 s->call_id);
+  }
+}
+
+/* Record this call as a duplicate of the earlier action e (succeeded) and
+** answer already_applied. */
+static int deduplicate(idem_step *s, const idem_record *e) {
+  idem_record rec, *found = NULL;
+  idem__change ch;
+  long long now = now_ms(s);
+  int what = 0, rc;
+  fill_record(s, &rec, now);
+  rec.state = IDEM_STATE_DEDUPLICATED;
+  rec.owner = NULL;
+  rec.lease_until = 0;
+  rec.result = e->result;
+  rec.resolution = IDEM_RESOLVED_REPLAYED;
+  rec.delivered = now;
+  rec.duplicate_of = e->call_id;
+  rc = s->g->st->vt->insert(s->g->st, &rec, &what, &found);
+  if (rc) return store_fail(s->g, rc);
+  if (what == IDEM__BEGIN_FOUND) return decide_existing(s, found);
+  /* the model is about to be told: the earlier action fences no more */
+  change_init(s, &ch, e);
+  ch.from = ALL_STATES;
+  ch.delivered = now;
+  rc = s->g->st->vt->change(s->g->st, &ch, NULL);
+  if (rc && rc != IDEM_STALE) return store_fail(s->g, rc);
+  s->told = 1; /* both records say so already */
+  return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
+                e->call_id,
+                "This %s action was already carried out by call %s, so it "
+                "was not repeated; its result is included. Do not call it "
+                "again for the same purpose.",
+                s->tool, e->call_id);
+}
+
+/* The earlier action e fences this call. */
+static int decide_fenced(idem_step *s, idem_record *e) {
+  idem_record *now = NULL;
+  int rc;
+  switch (e->state) {
+  case IDEM_STATE_SUCCEEDED:
+    rc = deduplicate(s, e);
+    idem_record_free(e);
+    return rc;
+  case IDEM_STATE_PENDING:
+    if (holder_live(s, e)) {
+      char who[256];
+      snprintf(who, sizeof who, "%s", e->call_id);
+      idem_record_free(e);
+      return wait_or(s, who);
+    }
+    IDEM__FALLTHROUGH;
+  default: /* IDEM_STATE_IN_DOUBT */
+    rc = take_over(s, e, IDEM_STATE_IN_DOUBT, 0, &now);
+    idem_record_free(e);
+    if (rc == IDEM_STALE) return lost_race(s, now);
+    if (rc) {
+      idem_record_free(now);
+      return store_fail(s->g, rc);
+    }
+    idem_record_free(s->earlier);
+    s->earlier = now;
+    if (!has_check(s->rule)) return answer_unknown(s, now->call_id);
+    if ((rc = build_check_args(s, now->args, strlen(now->args), now->key)))
+      return rc;
+    s->phase = PH_CHECK_EARLIER;
+    s->next = IDEM_NEXT_CHECK;
+    s->delay_ms = 0;
+    return IDEM_OK;
+  }
+}
+
+/* From the lookup on: what the log says decides. */
+static int decide(idem_step *s) {
+  idem__store *st = s->g->st;
+  idem_record *r = NULL, rec;
+  long long now;
+  int rc, what = 0;
+  rc = st->vt->get(st, s->session, s->call_id, &r);
+  if (rc == IDEM_OK) return decide_existing(s, r);
+  if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
+  now = now_ms(s);
+  fill_record(s, &rec, now);
+  rc = st->vt->begin(st, &rec, s->rule->repeat_window_s * 1000, &what, &r);
+  if (rc) return store_fail(s->g, rc);
+  switch (what) {
+  case IDEM__BEGIN_INSERTED:
+    idem__crash_point("after_pending_commit");
+    s->token = 1;
+    s->attempt = 1;
+    return to_execute(s, 0);
+  case IDEM__BEGIN_FOUND: return decide_existing(s, r);
+  default: return decide_fenced(s, r);
+  }
+}
+
+/* ---- keys, fences, arguments ---------------------------------------------- */
+
+/* The arguments to send: the canonical ones with the key in key_arg. */
+static int make_send_args(idem_step *s) {
+  const char *ka = s->rule->key_arg;
+  idem__buf b;
+  size_t bad;
+  int rc = 0;
+  if (!ka) {
+    s->send_args = dup_mem(s->args, s->args_len);
+    s->send_len = s->args_len;
+    return s->send_args ? IDEM_OK : IDEM_NOMEM;
+  }
+  /* {"key_arg":"KEY",<the rest>} and canonicalize to put it in its place */
+  idem__buf_init(&b, s->c->out.cap);
+  rc = idem__buf_append(&b, "{", 1);
+  if (!rc) rc = idem__canon_string(&b, ka, strlen(ka), &bad);
+  if (!rc) rc = idem__buf_append(&b, ":", 1);
+  if (!rc) rc = idem__canon_string(&b, s->key, strlen(s->key), &bad);
+  if (!rc && s->args_len > 2) rc = idem__buf_append(&b, ",", 1);
+  if (!rc) rc = idem__buf_append(&b, s->args + 1, s->args_len - 1);
+  if (!rc) {
+    idem__canon_opt opt = {0, NULL, 0, 0};
+    opt.max_depth = s->c->max_depth;
+    rc = idem__canon_run(s->c, b.p, b.len, &opt);
+    if (!rc) {
+      s->send_args = dup_mem(s->c->out.p, s->c->out.len);
+      s->send_len = s->c->out.len;
+      if (!s->send_args) rc = IDEM_NOMEM;
+    }
+  }
+  idem__buf_free(&b);
+  return rc;
+}
+
+/* The fence scope: session (or "*" when global), tool, and the fingerprint
+** or the values of the fence fields. */
+static int make_fence_key(idem_step *s) {
+  const idem__tool_rule *r = s->rule;
+  idem__buf b;
+  char hex[65];
+  size_t i, bad;
+  int rc;
+  idem__buf_init(&b, s->c->out.cap);
+  rc = idem__canon_string(&b, r->fence_global ? "*" : s->session,
+                          strlen(r->fence_global ? "*" : s->session), &bad);
+  if (!rc) rc = idem__buf_append(&b, "\n", 1);
+  if (!rc) rc = idem__canon_string(&b, s->tool, strlen(s->tool), &bad);
+  if (!rc) rc = idem__buf_append(&b, "\n", 1);
+  if (!rc && r->nfence == 0) rc = idem__buf_append(&b, s->fingerprint, 64);
+  if (!rc && r->nfence) {
+    idem__canon_opt opt = {0, NULL, 0, 0};
+    opt.max_depth = s->c->max_depth;
+    rc = idem__canon_run(s->c, s->args, s->args_len, &opt);
+    for (i = 0; !rc && i < r->nfence; i++) {
+      const char *v;
+      size_t vlen;
+      arg_value(s, r->fence[i], strlen(r->fence[i]), &v, &vlen);
+      rc = idem__canon_string(&b, r->fence[i], strlen(r->fence[i]), &bad);
+      if (!rc) rc = idem__buf_append(&b, "=", 1);
+      if (!rc) rc = idem__buf_append(&b, v, vlen);
+      if (!rc) rc = idem__buf_append(&b, "\n", 1);
+    }
+  }
+  if (!rc) rc = idem__sha256_hex(s->c, b.p, b.len, hex);
+  idem__buf_free(&b);
+  if (rc) return rc;
+  s->fence_key = dup_str(hex);
+  return s->fence_key ? IDEM_OK : IDEM_NOMEM;
+}
+
+/* ---- the public face ------------------------------------------------------ */
+
+const char *idem__default_log(char *buf, size_t n) {
+  const char *env = getenv("IDEM_LOG"), *xdg = getenv("XDG_STATE_HOME");
+  const char *home = getenv("HOME");
+  if (env && *env) return env;
+  if (xdg && *xdg)
+    snprintf(buf, n, "sqlite:%s/idem/attempts.db", xdg);
+  else
+    snprintf(buf, n, "sqlite:%s/.local/state/idem/attempts.db",
+             home && *home ? home : ".");
+  return buf;
+}
+
+void idem__sleep_ms(long long ms) {
+  struct timespec ts;
+  if (ms <= 0) return;
+  ts.tv_sec = (time_t)(ms / 1000);
+  ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+int idem_guard_open(const char *log_url, const idem_policy *policy,
+                    idem_guard **out) {
+  idem_guard *g;
+  char path[4096];
+  int rc;
+  if (!out) return IDEM_MISUSE;
+  *out = g = idem__malloc(sizeof *g);
+  if (!g) return gfail(IDEM_NOMEM, "out of memory");
+  memset(g, 0, sizeof *g);
+  g->magic = GUARD_MAGIC;
+  g->refs = 1;
+  g->policy = policy;
+  pthread_mutex_init(&g->mu, NULL);
+  idem__owner_self(g->owner, sizeof g->owner);
+  if (!log_url) log_url = idem__default_log(path, sizeof path);
+  tls_err[0] = '\0';
+  rc = idem__store_open(log_url, &g->st);
+  if (rc) {
+    if (g->st) {
+      gfail(rc, "%s", g->st->vt->errmsg(g->st));
+      g->st->vt->close(g->st);
+      g->st = NULL;
+    } else
+      gfail(rc, "cannot open the attempt log %s", log_url);
+  }
+  return rc;
+}
+
+static void guard_unref(idem_guard *g) {
+  int last;
+  pthread_mutex_lock(&g->mu);
+  last = --g->refs == 0;
+  pthread_mutex_unlock(&g->mu);
+  if (!last) return;
+  if (g->st) g->st->vt->close(g->st);
+  pthread_mutex_destroy(&g->mu);
+  g->magic = IDEM__MAGIC_DEAD;
+  idem__free(g);
+}
+
+void idem_guard_close(idem_guard *g) {
+  if (!g || g->magic != GUARD_MAGIC) return;
+  guard_unref(g);
+}
+
+static int step_ok(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC && s->g->st;
+}
+
+int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
+  idem_step *s;
+  idem_key k;
+  idem_keyspec spec;
+  int rc;
+  if (out) *out = NULL;
+  if (!g || g->magic != GUARD_MAGIC || !call || !out || !call->tool ||
+      (!call->args && call->args_len))
+    return IDEM_MISUSE;
+  if (!g->st) return gfail(IDEM_MISUSE, "the guard has no attempt log");
+  if (!(s = idem__malloc(sizeof *s))) return gfail(IDEM_NOMEM, "out of memory");
+  memset(s, 0, sizeof *s);
+  s->magic = STEP_MAGIC;
+  s->g = g;
+  idem__buf_init(&s->env, (size_t)64 << 20);
+  *out = s;
+  s->session = dup_str(call->session ? call->session : "");
+  s->call_id = dup_str(call->call_id ? call->call_id : "");
+  s->tool = dup_str(call->tool);
+  if (!s->session || !s->call_id || !s->tool ||
+      idem_canon_open(&s->c) != IDEM_OK)
+    return gfail(IDEM_NOMEM, "out of memory");
+  s->rule = idem__policy_rule(g->policy, s->tool, &s->scratch);
+
+  if (s->rule->cls == IDEM_CLASS_REFUSED)
+    return answer(s, IDEM_ANSWER_REFUSED, 0, 0, NULL, NULL,
+                  "The tool %s is not allowed by this agent's policy and was "
+                  "not run. Do not call it again; use another tool or ask "
+                  "the user.",
+                  s->tool);
+  spec.key_arg = s->rule->key_arg;
+  spec.key_max_len = s->rule->key_max_len;
+  rc = idem_key_mint(s->c, call, &spec, &k);
+  if (rc == IDEM_NOMEM) return gfail(rc, "out of memory");
+  if (rc)
+    return answer(s, IDEM_ANSWER_INVALID_ARGUMENTS, 0, 0, NULL, NULL,
+                  "The arguments of this %s call are not valid: %s. Nothing "
+                  "was run or recorded. Fix the arguments and call again.",
+                  s->tool, idem_canon_errmsg(s->c));
+  s->key = dup_mem(k.key, k.key_len);
+  s->fingerprint = dup_str(k.fingerprint);
+  s->args = dup_mem(k.args, k.args_len);
+  s->args_len = k.args_len;
+  if (!s->key || !s->fingerprint || !s->args || make_send_args(s))
+    return gfail(IDEM_NOMEM, "out of memory");
+  if (s->rule->cls != IDEM_CLASS_GUARDED) {
+    s->attempt = 1;
+    s->phase = PH_PASS;
+    s->next = IDEM_NEXT_EXECUTE;
+    return IDEM_OK;
+  }
+  if (make_fence_key(s) || build_check_args(s, s->args, s->args_len, s->key))
+    return gfail(IDEM_NOMEM, "out of memory");
+  s->started = now_ms(s);
+  return decide(s);
+}
+
+int idem_step_next(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC ? s->next : 0;
+}
+
+/* A result that came after we answered outcome_unknown: record it on the
+** in_doubt record whoever holds it now (SPEC §6.6). */
+static int finish_late(idem_step *s, int outcome, const char *result,
+                       const char *error) {
+  idem__change ch;
+  idem_record *now = NULL;
+  int rc;
+  if (outcome == IDEM_OUTCOME_UNKNOWN) return IDEM_OK;
+  change_init(s, &ch, NULL);
+  ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
+  ch.expect_token = s->token;
+  ch.state = outcome == IDEM_OUTCOME_APPLIED    ? IDEM_STATE_SUCCEEDED
+             : outcome == IDEM_OUTCOME_REJECTED ? IDEM_STATE_FAILED
+                                                : IDEM_STATE_NOT_APPLIED;
+  ch.result = result;
+  ch.error = error;
+  ch.resolution = IDEM_RESOLVED_LATE;
+  rc = s->g->st->vt->change(s->g->st, &ch, &now);
+  if (rc == IDEM_STALE && now && now->state == IDEM_STATE_IN_DOUBT) {
+    idem_record_free(now);
+    now = NULL;
+    ch.from = BIT(IDEM_STATE_IN_DOUBT);
+    ch.expect_token = -1;
+    rc = s->g->st->vt->change(s->g->st, &ch, &now);
+  }
+  idem_record_free(now);
+  s->late_ok = 0;
+  if (rc == IDEM_STALE) return IDEM_OK; /* settled already: nothing to add */
+  return rc ? store_fail(s->g, rc) : IDEM_OK;
+}
+
+/* A result as JSON for the record and the envelope: canonical when it is a
+** JSON text, else a JSON string of it (so a tool's odd output can never
+** break the envelope).  NULL when there is none or memory ran out. */
+static char *result_json(idem_canon *c, const char *result, size_t len) {
+  const char *out;
+  size_t olen, bad;
+  idem__buf b;
+  char *r = NULL;
+  if (!result) return NULL;
+  if (idem_canon_json(c, result, len, &out, &olen) == IDEM_OK)
+    return dup_mem(out, olen);
+  idem__buf_init(&b, c->out.cap);
+  {
+    char *z = dup_mem(result, len);
+    if (z && idem__canon_string(&b, z, len, &bad) == IDEM_OK)
+      r = dup_mem(b.p, b.len);
+    else if (z) { /* not UTF-8 either: describe it rather than lose it */
+      b.len = 0;
+      if (idem__buf_append(&b, "\"(a result that is not UTF-8 text)\"", 35) ==
+          IDEM_OK)
+        r = dup_mem(b.p, b.len);
+    }
+    idem__free(z);
+  }
+  idem__buf_free(&b);
+  return r;
+}
+
+int idem_step_finish(idem_step *s, int outcome, const char *result,
+                     size_t result_len, const char *error) {
+  idem__change ch;
+  idem_record *now = NULL;
+  char *res = NULL;
+  int rc, state;
+  if (!step_ok(s) || outcome < IDEM_OUTCOME_APPLIED ||
+      outcome > IDEM_OUTCOME_UNKNOWN)
+    return IDEM_MISUSE;
+  if (result && !(res = result_json(s->c, result, result_len)))
+    return gfail(IDEM_NOMEM, "out of memory");
+  if (s->phase == PH_ANSWERED && s->late_ok) {
+    rc = finish_late(s, outcome, res, error);
+    idem__free(res);
+    return rc;
+  }
+  if (s->phase == PH_PASS) {
+    const idem__tool_rule *r = s->rule;
+    if (outcome == IDEM_OUTCOME_APPLIED)
+      rc = answer(s, IDEM_ANSWER_SUCCEEDED, 0, s->attempt, res, NULL, NULL);
+    else if (outcome == IDEM_OUTCOME_REJECTED)
+      rc = answer(s, IDEM_ANSWER_FAILED, 0, s->attempt, res, NULL,
+                  "The %s call failed%s%s.", s->tool, error ? ": " : "",
+                  error ? error : "");
+    else if (r->cls == IDEM_CLASS_IDEMPOTENT && s->attempt < r->retries + 1) {
+      s->delay_ms = backoff(r, s->attempt);
+      s->attempt++;
+      rc = IDEM_OK; /* next stays EXECUTE */
+    } else
+      rc = answer(s, IDEM_ANSWER_FAILED, 0, s->attempt, NULL, NULL,
+                  "The %s call did not complete%s%s. It is safe to call it "
+                  "again.",
+                  s->tool, error ? ": " : "", error ? error : "");
+    idem__free(res);
+    return rc;
+  }
+  if (s->phase != PH_EXEC) {
+    idem__free(res);
+    return gfail(IDEM_MISUSE, "finish without an EXECUTE step");
+  }
+  idem__crash_point("after_downstream_return");
+  state = outcome == IDEM_OUTCOME_APPLIED       ? IDEM_STATE_SUCCEEDED
+          : outcome == IDEM_OUTCOME_REJECTED    ? IDEM_STATE_FAILED
+          : outcome == IDEM_OUTCOME_NOT_APPLIED ? IDEM_STATE_NOT_APPLIED
+                                                : IDEM_STATE_IN_DOUBT;
+  change_init(s, &ch, NULL);
+  ch.from = BIT(IDEM_STATE_PENDING);
+  ch.expect_token = s->token;
+  ch.state = state;
+  ch.attempts_add = 1;
+  ch.result = res;
+  ch.error = error;
+  if (state != IDEM_STATE_IN_DOUBT) ch.resolution = IDEM_RESOLVED_EXECUTED;
+  if (s->auto_deliver &&
+      (state == IDEM_STATE_SUCCEEDED || state == IDEM_STATE_FAILED)) {
+    /* the synchronous API hands the answer over at once: record the
+    ** delivery with the outcome, one write instead of two */
+    ch.delivered = now_ms(s);
+    s->told = 1;
+  }
+  idem__crash_point("before_outcome_commit");
+  rc = s->g->st->vt->change(s->g->st, &ch, &now);
+  idem__free(res);
+  /* someone took the action over meanwhile: what it is now decides */
+  if (rc == IDEM_STALE) return lost_race(s, now);
+  if (rc) {
+    idem_record_free(now);
+    return store_fail(s->g, rc);
+  }
+  idem__crash_point("after_outcome_commit");
+  s->attempt = now->attempts;
+  switch (state) {
+  case IDEM_STATE_SUCCEEDED:
+  case IDEM_STATE_FAILED: rc = answer_outcome(s, now, 0); break;
+  case IDEM_STATE_NOT_APPLIED:
+    if (now->attempts < s->rule->retries + 1) {
+      s->attempt = now->attempts + 1;
+      rc = repend(s, IDEM_STATE_NOT_APPLIED, backoff(s->rule, now->attempts));
+    } else
+      rc = answer(s, IDEM_ANSWER_FAILED, 0, now->attempts, NULL, NULL,
+                  "The %s call did not take effect: it could not be carried "
+                  "out after %d attempts%s%s. It is safe to call it again "
+                  "later with the same arguments.",
+                  s->tool, now->attempts, error ? "; last error: " : "",
+                  error ? error : "");
+    break;
+  default: /* IDEM_STATE_IN_DOUBT */
+    s->late_ok = 1;
+    if (s->rule->provider_dedupes && now->attempts < s->rule->retries + 1 &&
+        now->created + s->rule->provider_key_ttl_s * 1000 > now_ms(s)) {
+      s->attempt = now->attempts + 1;
+      rc = repend(s, IDEM_STATE_IN_DOUBT, backoff(s->rule, now->attempts));
+    } else
+      rc = reconcile_own(s, now);
+  }
+  idem_record_free(now);
+  return rc;
+}
+
+int idem_step_resolve(idem_step *s, int outcome, const char *result,
+                      size_t result_len) {
+  idem__change ch;
+  idem_record *now = NULL, *e;
+  char *res = NULL;
+  int rc;
+  if (!step_ok(s) || outcome < IDEM_OUTCOME_APPLIED ||
+      outcome > IDEM_OUTCOME_UNKNOWN)
+    return IDEM_MISUSE;
+  if (s->phase != PH_CHECK_OWN && s->phase != PH_CHECK_EARLIER)
+    return gfail(IDEM_MISUSE, "resolve without a CHECK step");
+  if (outcome == IDEM_OUTCOME_REJECTED) outcome = IDEM_OUTCOME_NOT_APPLIED;
+  if (result && !(res = result_json(s->c, result, result_len)))
+    return gfail(IDEM_NOMEM, "out of memory");
+  e = s->phase == PH_CHECK_EARLIER ? s->earlier : NULL;
+
+  if (outcome == IDEM_OUTCOME_UNKNOWN) {
+    idem__free(res);
+    return answer_unknown(s, e ? e->call_id : NULL);
+  }
+  change_init(s, &ch, e);
+  ch.from = BIT(IDEM_STATE_IN_DOUBT);
+  ch.expect_token = e ? e->token : s->token;
+  if (outcome == IDEM_OUTCOME_APPLIED) {
+    ch.state = IDEM_STATE_SUCCEEDED;
+    ch.result = res;
+    ch.resolution = IDEM_RESOLVED_RECONCILED;
+  } else if (!e && !s->recover && s->attempt < s->rule->retries + 1) {
+    /* certainly not applied: execute again, with the same key */
+    idem__free(res);
+    s->attempt++;
+    return repend(s, IDEM_STATE_IN_DOUBT, 0);
+  } else {
+    ch.state = IDEM_STATE_NOT_APPLIED;
+    ch.resolution = IDEM_RESOLVED_RECONCILED;
+  }
+  rc = s->g->st->vt->change(s->g->st, &ch, &now);
+  idem__free(res);
+  if (rc == IDEM_STALE) return lost_race(s, now);
+  if (rc) {
+    idem_record_free(now);
+    return store_fail(s->g, rc);
+  }
+  if (e) {
+    /* the earlier action is settled: dedupe against it, or go on */
+    if (now->state == IDEM_STATE_SUCCEEDED)
+      rc = deduplicate(s, now);
+    else
+      rc = decide(s);
+  } else if (now->state == IDEM_STATE_SUCCEEDED) {
+    rc = answer_outcome(s, now, 1);
+  } else {
+    rc = answer(s, IDEM_ANSWER_FAILED, 0, now->attempts, NULL, NULL,
+                "The %s call did not take effect (a status check confirmed "
+                "it). It is safe to call it again with the same arguments.",
+                s->tool);
+  }
+  idem_record_free(now);
+  return rc;
+}
+
+int idem_step_poll(idem_step *s) {
+  if (!step_ok(s)) return IDEM_MISUSE;
+  if (s->phase != PH_WAIT) return gfail(IDEM_MISUSE, "poll without a WAIT");
+  return decide(s);
+}
+
+int idem_step_delivered(idem_step *s) {
+  idem__change ch;
+  int rc;
+  if (!step_ok(s)) return IDEM_MISUSE;
+  if (s->phase != PH_ANSWERED || s->rule->cls != IDEM_CLASS_GUARDED)
+    return IDEM_OK;
+  if (s->answer != IDEM_ANSWER_SUCCEEDED && s->answer != IDEM_ANSWER_FAILED &&
+      s->answer != IDEM_ANSWER_ALREADY_APPLIED)
+    return IDEM_OK; /* nothing definite was told */
+  if (s->told) return IDEM_OK;
+  change_init(s, &ch, NULL);
+  ch.from = ALL_STATES;
+  ch.delivered = now_ms(s);
+  rc = s->g->st->vt->change(s->g->st, &ch, NULL);
+  if (rc == IDEM_NOTFOUND || rc == IDEM_STALE) return IDEM_OK;
+  return rc ? store_fail(s->g, rc) : IDEM_OK;
+}
+
+void idem_step_free(idem_step *s) {
+  if (!s || s->magic != STEP_MAGIC) return;
+  s->magic = IDEM__MAGIC_DEAD;
+  idem_canon_close(s->c);
+  idem__free(s->session);
+  idem__free(s->call_id);
+  idem__free(s->tool);
+  idem__free(s->key);
+  idem__free(s->fingerprint);
+  idem__free(s->args);
+  idem__free(s->send_args);
+  idem__free(s->fence_key);
+  idem__free(s->check_args);
+  idem_record_free(s->earlier);
+  idem__buf_free(&s->env);
+  idem__free(s);
+}
+
+const char *idem_step_key(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC ? s->key : NULL;
+}
+
+const char *idem_step_args(const idem_step *s, size_t *len) {
+  if (!s || s->magic != STEP_MAGIC || !s->send_args) {
+    if (len) *len = 0;
+    return NULL;
+  }
+  if (len) *len = s->send_len;
+  return s->send_args;
+}
+
+const char *idem_step_check_tool(const idem_step *s) {
+  if (!s || s->magic != STEP_MAGIC || !s->rule || !s->rule->has_status)
+    return NULL;
+  return s->rule->status.tool;
+}
+
+const char *idem_step_check_args(const idem_step *s, size_t *len) {
+  if (len) *len = s && s->magic == STEP_MAGIC ? s->check_len : 0;
+  return s && s->magic == STEP_MAGIC ? s->check_args : NULL;
+}
+
+const char *idem_step_check_command(const idem_step *s) {
+  if (!s || s->magic != STEP_MAGIC || !s->rule || !s->rule->has_status)
+    return NULL;
+  return s->rule->status.command;
+}
+
+const char *idem_step_check_key(const idem_step *s) {
+  if (!s || s->magic != STEP_MAGIC) return NULL;
+  return s->phase == PH_CHECK_EARLIER && s->earlier ? s->earlier->key : s->key;
+}
+
+const char *idem_step_check_target(const idem_step *s, size_t *len) {
+  const char *a;
+  if (!s || s->magic != STEP_MAGIC) return NULL;
+  a = s->phase == PH_CHECK_EARLIER && s->earlier ? s->earlier->args : s->args;
+  if (len) *len = a ? strlen(a) : 0;
+  return a;
+}
+
+int idem_step_attempt(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC ? s->attempt : 0;
+}
+
+long long idem_step_deadline_ms(const idem_step *s) {
+  if (!s || s->magic != STEP_MAGIC || !s->rule) return 0;
+  return s->next == IDEM_NEXT_CHECK ? s->rule->reconcile_timeout_ms
+                                    : s->rule->timeout_ms;
+}
+
+long long idem_step_delay_ms(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC ? s->delay_ms : 0;
+}
+
+int idem_step_answer(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC ? s->answer : 0;
+}
+
+const char *idem_step_envelope(const idem_step *s, size_t *len) {
+  if (!s || s->magic != STEP_MAGIC || s->phase != PH_ANSWERED) {
+    if (len) *len = 0;
+    return NULL;
+  }
+  if (len) *len = s->env.len;
+  return s->env.p;
+}
+
+int idem_guard_record(idem_guard *g, const char *session, const char *call_id,
+                      idem_record **out) {
+  int rc;
+  if (out) *out = NULL;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id || !out)
+    return IDEM_MISUSE;
+  rc = g->st->vt->get(g->st, session, call_id, out);
+  if (rc && rc != IDEM_NOTFOUND) return store_fail(g, rc);
+  return rc;
+}
+
+/* ---- the synchronous API: the tool on a worker thread ---------------------- */
+
+/* One run of a tool function.  Shared by the caller and the worker; the
+** last of the two to let go frees it.  A run the caller stopped waiting for
+** (abandoned) records its own late result. */
+typedef struct run_job {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs, done, abandoned, is_check;
+  idem_tool tool;
+  char *key, *args;
+  size_t args_len;
+  int outcome;
+  char *result, *error; /* malloc'd by the tool */
+  idem_guard *g;        /* held (refs) for the late record */
+  char *session, *call_id;
+  long long token;
+} run_job;
+
+static void job_unref(run_job *j) {
+  int last;
+  pthread_mutex_lock(&j->mu);
+  last = --j->refs == 0;
+  pthread_mutex_unlock(&j->mu);
+  if (!last) return;
+  pthread_mutex_destroy(&j->mu);
+  pthread_cond_destroy(&j->cv);
+  free(j->result);
+  free(j->error);
+  idem__free(j->key);
+  idem__free(j->args);
+  idem__free(j->session);
+  idem__free(j->call_id);
+  guard_unref(j->g);
+  idem__free(j);
+}
+
+static void *job_main(void *arg) {
+  run_job *j = arg;
+  char *result = NULL, *error = NULL;
+  int outcome, abandoned;
+  outcome = (j->is_check ? j->tool.check : j->tool.run)(
+      j->tool.ctx, j->key, j->args, j->args_len, &result, &error);
+  if (outcome < IDEM_OUTCOME_APPLIED || outcome > IDEM_OUTCOME_UNKNOWN)
+    outcome = IDEM_OUTCOME_UNKNOWN;
+  pthread_mutex_lock(&j->mu);
+  j->outcome = outcome;
+  j->result = result;
+  j->error = error;
+  j->done = 1;
+  abandoned = j->abandoned;
+  pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  if (abandoned && !j->is_check) /* late capture: we were not waited for */
+    idem_guard_late(j->g, j->session, j->call_id, j->token, outcome, result,
+                    result ? strlen(result) : 0, error);
+  job_unref(j);
+  return NULL;
+}
+
+/* Run the tool (or its check) for at most deadline_ms.  On time: 0 and the
+** outcome; past it: the job is abandoned, UNKNOWN is returned, and the
+** worker records the late result itself. */
+static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
+                    long long deadline_ms, int *outcome, char **result,
+                    char **error) {
+  run_job *j = idem__malloc(sizeof *j);
+  pthread_condattr_t ca;
+  pthread_attr_t ta;
+  pthread_t th;
+  struct timespec until;
+  const char *key = is_check ? idem_step_check_key(s) : s->key;
+  size_t alen;
+  const char *args = is_check ? idem_step_check_target(s, &alen) : s->send_args;
+  int rc = 0;
+  *result = *error = NULL;
+  if (!j) return IDEM_NOMEM;
+  memset(j, 0, sizeof *j);
+  if (!is_check) alen = s->send_len;
+  j->refs = 2;
+  j->is_check = is_check;
+  j->tool = *tool;
+  j->key = dup_str(key);
+  j->args = dup_mem(args, alen);
+  j->args_len = alen;
+  j->session = dup_str(s->session);
+  j->call_id = dup_str(s->call_id);
+  j->token = s->token;
+  j->g = s->g;
+  if (!j->key || !j->args || !j->session || !j->call_id) {
+    idem__free(j->key);
+    idem__free(j->args);
+    idem__free(j->session);
+    idem__free(j->call_id);
+    idem__free(j);
+    return IDEM_NOMEM;
+  }
+  pthread_mutex_lock(&s->g->mu);
+  s->g->refs++;
+  pthread_mutex_unlock(&s->g->mu);
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&j->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&j->mu, NULL);
+  pthread_attr_init(&ta);
+  pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&th, &ta, job_main, j) != 0) {
+    pthread_attr_destroy(&ta);
+    j->refs = 1;
+    job_unref(j);
+    return gfail(IDEM_ERROR, "cannot start a worker thread");
+  }
+  pthread_attr_destroy(&ta);
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += (time_t)(deadline_ms / 1000);
+  until.tv_nsec += (long)(deadline_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&j->mu);
+  while (!j->done && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&j->cv, &j->mu, &until);
+  if (j->done) {
+    *outcome = j->outcome;
+    *result = j->result;
+    *error = j->error;
+    j->result = j->error = NULL;
+  } else {
+    j->abandoned = 1;
+    *outcome = IDEM_OUTCOME_UNKNOWN;
+  }
+  pthread_mutex_unlock(&j->mu);
+  job_unref(j);
+  return IDEM_OK;
+}
+
+
+int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
+                    char **envelope, size_t *len) {
+  idem_step *s = NULL;
+  int rc, outcome;
+  char *result, *error;
+  if (envelope) *envelope = NULL;
+  if (len) *len = 0;
+  if (!tool || !tool->run || !envelope) return IDEM_MISUSE;
+  if ((rc = idem_guard_begin(g, call, &s))) goto done;
+  s->auto_deliver = 1;
+  for (;;) {
+    switch (s->next) {
+    case IDEM_NEXT_EXECUTE:
+      idem__sleep_ms(s->delay_ms);
+      rc = run_tool(s, tool, 0, idem_step_deadline_ms(s), &outcome, &result,
+                    &error);
+      if (!rc)
+        rc = idem_step_finish(s, outcome, result, result ? strlen(result) : 0,
+                              error);
+      free(result);
+      free(error);
+      break;
+    case IDEM_NEXT_CHECK:
+      if (!tool->check) {
+        rc = idem_step_resolve(s, IDEM_OUTCOME_UNKNOWN, NULL, 0);
+        break;
+      }
+      rc = run_tool(s, tool, 1, idem_step_deadline_ms(s), &outcome, &result,
+                    &error);
+      if (!rc)
+        rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
+      free(result);
+      free(error);
+      break;
+    case IDEM_NEXT_WAIT:
+      idem__sleep_ms(s->delay_ms);
+      rc = idem_step_poll(s);
+      break;
+    case IDEM_NEXT_ANSWER:
+      if (!(*envelope = dup_mem(s->env.p, s->env.len))) {
+        rc = gfail(IDEM_NOMEM, "out of memory");
+        goto done;
+      }
+      if (len) *len = s->env.len;
+      rc = idem_step_delivered(s);
+      goto done;
+    default: rc = IDEM_MISUSE;
+    }
+    if (rc) goto done;
+  }
+done:
+  idem_step_free(s);
+  return rc;
+}
+
+int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
+                       idem_step **out) {
+  idem_step *s;
+  idem_record *r = NULL, *now = NULL;
+  int rc;
+  if (out) *out = NULL;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id || !out)
+    return IDEM_MISUSE;
+  rc = g->st->vt->get(g->st, session, call_id, &r);
+  if (rc) return rc == IDEM_NOTFOUND ? rc : store_fail(g, rc);
+  if (!(s = idem__malloc(sizeof *s))) {
+    idem_record_free(r);
+    return gfail(IDEM_NOMEM, "out of memory");
+  }
+  memset(s, 0, sizeof *s);
+  s->magic = STEP_MAGIC;
+  s->g = g;
+  s->recover = 1;
+  idem__buf_init(&s->env, (size_t)64 << 20);
+  *out = s;
+  s->session = dup_str(r->session);
+  s->call_id = dup_str(r->call_id);
+  s->tool = dup_str(r->tool);
+  s->key = dup_str(r->key);
+  s->fingerprint = dup_str(r->fingerprint);
+  s->args = dup_str(r->args);
+  s->args_len = r->args ? strlen(r->args) : 0;
+  if (!s->session || !s->call_id || !s->tool || !s->key || !s->fingerprint ||
+      !s->args || idem_canon_open(&s->c) != IDEM_OK) {
+    idem_record_free(r);
+    return gfail(IDEM_NOMEM, "out of memory");
+  }
+  s->rule = idem__policy_rule(g->policy, s->tool, &s->scratch);
+  s->attempt = r->attempts;
+  if (r->state != IDEM_STATE_IN_DOUBT &&
+      (r->state != IDEM_STATE_PENDING || holder_live(s, r))) {
+    /* nothing in doubt: say what it is */
+    if (r->state == IDEM_STATE_PENDING)
+      rc = answer(s, IDEM_ANSWER_IN_PROGRESS, 0, r->attempts, NULL, NULL,
+                  "The %s call is still being carried out.", s->tool);
+    else if (r->state == IDEM_STATE_NOT_APPLIED)
+      rc = answer(s, IDEM_ANSWER_FAILED, 0, r->attempts, NULL, NULL,
+                  "The %s call did not take effect.", s->tool);
+    else
+      rc = answer_outcome(s, r, 1);
+    idem_record_free(r);
+    return rc;
+  }
+  if (!has_check(s->rule)) {
+    idem_record_free(r);
+    return answer_unknown(s, NULL);
+  }
+  rc = take_over(s, r, IDEM_STATE_IN_DOUBT, 0, &now);
+  idem_record_free(r);
+  if (rc) {
+    idem_record_free(now);
+    if (rc == IDEM_STALE) return gfail(rc, "the record changed meanwhile");
+    return store_fail(g, rc);
+  }
+  s->token = now->token;
+  idem_record_free(now);
+  if ((rc = build_check_args(s, s->args, s->args_len, s->key))) return rc;
+  s->phase = PH_CHECK_OWN;
+  s->next = IDEM_NEXT_CHECK;
+  return IDEM_OK;
+}
+
+long long idem_step_token(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC ? s->token : 0;
+}
+
+int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
+                    long long token, int outcome, const char *result,
+                    size_t result_len, const char *error) {
+  idem_step late;
+  idem_canon *c = NULL;
+  char *res = NULL;
+  int rc;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
+      outcome < IDEM_OUTCOME_APPLIED || outcome > IDEM_OUTCOME_UNKNOWN)
+    return IDEM_MISUSE;
+  if (idem_canon_open(&c) != IDEM_OK ||
+      (result && !(res = result_json(c, result, result_len)))) {
+    idem_canon_close(c);
+    return gfail(IDEM_NOMEM, "out of memory");
+  }
+  idem_canon_close(c);
+  memset(&late, 0, sizeof late);
+  late.g = g;
+  late.session = (char *)(uintptr_t)session;
+  late.call_id = (char *)(uintptr_t)call_id;
+  late.token = token;
+  rc = finish_late(&late, outcome, res, error);
+  idem__free(res);
+  return rc;
+}

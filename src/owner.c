@@ -1,0 +1,100 @@
+/*
+** owner.c - who holds a lease, whether that process still lives, and the
+** crash points of SPEC §11.
+**
+** An owner is "HOST:PID:START": HOST is this machine's id (/etc/machine-id,
+** else the host name), START the process start time in clock ticks since
+** boot (field 22 of /proc/PID/stat), so a reused pid is not mistaken for
+** the owner.  A pending record whose owner is a process of this machine
+** that is gone can be taken over at once; an owner on another machine is
+** trusted until its lease ends.
+*/
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "idemInt.h"
+
+static void host_id(char *buf, size_t n) {
+  FILE *f = fopen("/etc/machine-id", "r");
+  size_t len = 0;
+  if (f) {
+    if (fgets(buf, (int)n, f)) len = strcspn(buf, "\r\n");
+    fclose(f);
+  }
+  if (len < 8 && gethostname(buf, n) == 0) {
+    buf[n - 1] = '\0';
+    len = strlen(buf);
+  }
+  if (len == 0) {
+    snprintf(buf, n, "unknown");
+    len = strlen(buf);
+  }
+  if (len > 32) len = 32;
+  buf[len] = '\0';
+  /* ':' separates the parts; keep it out of the host part */
+  for (size_t i = 0; i < len; i++)
+    if (buf[i] == ':') buf[i] = '_';
+}
+
+/* The start time of pid in clock ticks since boot; 0 when unknown. */
+static unsigned long long start_time(long pid) {
+  char path[64], buf[1024], *p;
+  unsigned long long t = 0;
+  size_t n;
+  int field;
+  FILE *f;
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  if (!(f = fopen(path, "r"))) return 0;
+  n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* the command name (field 2) may hold spaces and parentheses: skip to
+  ** the last ')' */
+  if (!(p = strrchr(buf, ')'))) return 0;
+  for (field = 2; field < 22 && *p; p++)
+    if (*p == ' ') field++;
+  if (field == 22) t = strtoull(p, NULL, 10);
+  return t;
+}
+
+void idem__owner_self(char *buf, size_t n) {
+  char host[64];
+  long pid = (long)getpid();
+  host_id(host, sizeof host);
+  snprintf(buf, n, "%s:%ld:%llu", host, pid, start_time(pid));
+}
+
+int idem__owner_alive(const char *owner) {
+  char host[64], self_host[64];
+  const char *c1, *c2;
+  long pid;
+  unsigned long long start;
+  if (!owner || !(c1 = strchr(owner, ':')) || !(c2 = strchr(c1 + 1, ':')))
+    return -1;
+  host_id(self_host, sizeof self_host);
+  if ((size_t)(c1 - owner) >= sizeof host) return -1;
+  memcpy(host, owner, (size_t)(c1 - owner));
+  host[c1 - owner] = '\0';
+  if (strcmp(host, self_host) != 0) return -1; /* another machine */
+  pid = strtol(c1 + 1, NULL, 10);
+  start = strtoull(c2 + 1, NULL, 10);
+  if (pid <= 0) return -1;
+  if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+  /* the pid lives, but is it the same process? */
+  if (start && start_time(pid) != start) return 0;
+  return 1;
+}
+
+void idem__crash_point(const char *name) {
+  const char *at = getenv("IDEM_CRASH_AT");
+  if (IDEM__UNLIKELY(at != NULL) && strcmp(at, name) == 0) {
+    /* SIGKILL: no handler, no flush, no cleanup - what a crash is */
+    kill(getpid(), SIGKILL);
+    for (;;) pause();
+  }
+}

@@ -1,0 +1,173 @@
+/*
+** store.c - choosing the attempt log's backend by URL, and failed stores.
+**
+**   sqlite:PATH            the embedded store (store/sqlite.c)
+**   PATH                   no scheme: a SQLite path too
+**   postgres://...         PostgreSQL: not built yet (IDEM_INVALID)
+**   postgresql://...
+**
+** A scheme is what RFC 3986 calls one: a letter, then letters, digits, '+',
+** '-' or '.', then ':'.  So "./a:b" and "/x/y:z" are paths, and "a:b" is an
+** unknown scheme (write "./a:b" to mean the file).
+**
+** Opening reports its failure through the store's own errmsg, so a store
+** that could not be opened is still an object: a "failed store" whose
+** errmsg holds the reason and whose other entry points answer IDEM_MISUSE.
+** The caller reads the message and closes it like any other store.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "idemInt.h"
+
+/* ---- failed stores -------------------------------------------------------- */
+
+typedef struct failed_store {
+  idem__store base;
+  char msg[400];
+} failed_store;
+
+static int f_now(idem__store *st, long long *ms) {
+  (void)st;
+  if (ms) *ms = 0;
+  return IDEM_MISUSE;
+}
+static int f_begin(idem__store *st, const idem_record *rec, long long w,
+                   int *what, idem_record **found) {
+  (void)st, (void)rec, (void)w;
+  if (what) *what = 0;
+  if (found) *found = NULL;
+  return IDEM_MISUSE;
+}
+static int f_insert(idem__store *st, const idem_record *rec, int *what,
+                    idem_record **found) {
+  (void)st, (void)rec;
+  if (what) *what = 0;
+  if (found) *found = NULL;
+  return IDEM_MISUSE;
+}
+static int f_get(idem__store *st, const char *s, const char *c,
+                 idem_record **out) {
+  (void)st, (void)s, (void)c;
+  if (out) *out = NULL;
+  return IDEM_MISUSE;
+}
+static int f_change(idem__store *st, const idem__change *ch,
+                    idem_record **now) {
+  (void)st, (void)ch;
+  if (now) *now = NULL;
+  return IDEM_MISUSE;
+}
+static int f_list(idem__store *st, const idem__filter *f, idem__record_cb cb,
+                  void *ctx) {
+  (void)st, (void)f, (void)cb, (void)ctx;
+  return IDEM_MISUSE;
+}
+static int f_gc(idem__store *st, long long now, size_t *n) {
+  (void)st, (void)now;
+  if (n) *n = 0;
+  return IDEM_MISUSE;
+}
+static int f_stats(idem__store *st, long long counts[8]) {
+  (void)st, (void)counts;
+  return IDEM_MISUSE;
+}
+static const char *f_errmsg(idem__store *st) {
+  return ((failed_store *)st)->msg;
+}
+static void f_close(idem__store *st) { idem__free(st); }
+
+static const idem__store_vt failed_vt = {
+    .scheme = "failed",
+    .now = f_now,
+    .begin = f_begin,
+    .insert = f_insert,
+    .get = f_get,
+    .change = f_change,
+    .list = f_list,
+    .gc = f_gc,
+    .stats = f_stats,
+    .errmsg = f_errmsg,
+    .close = f_close,
+};
+
+int idem__store_fail(idem__store **out, int rc, const char *fmt, ...) {
+  failed_store *f = idem__malloc(sizeof *f);
+  va_list ap;
+  *out = NULL;
+  if (!f) return rc;
+  f->base.vt = &failed_vt;
+  va_start(ap, fmt);
+  vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+  va_end(ap);
+  *out = &f->base;
+  return rc;
+}
+
+/* ---- choosing a backend --------------------------------------------------- */
+
+/* Length of url's scheme (before ':'), 0 when it has none. */
+static size_t scheme_len(const char *url) {
+  size_t i = 0;
+  if (!((url[0] >= 'a' && url[0] <= 'z') || (url[0] >= 'A' && url[0] <= 'Z')))
+    return 0;
+  for (i = 1; url[i] && url[i] != ':'; i++) {
+    char c = url[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'))
+      return 0;
+  }
+  return url[i] == ':' ? i : 0;
+}
+
+static int scheme_is(const char *url, size_t n, const char *name) {
+  size_t i;
+  if (strlen(name) != n) return 0;
+  for (i = 0; i < n; i++) {
+    char c = url[i];
+    if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+    if (c != name[i]) return 0;
+  }
+  return 1;
+}
+
+/* url for a message, with any user:password@ between "//" and the host
+** hidden: a connection string may carry a password. */
+static const char *shown(const char *url, char *buf, size_t size) {
+  const char *auth = strstr(url, "//"), *at, *end;
+  if (!auth) return url;
+  auth += 2;
+  end = auth + strcspn(auth, "/?#");
+  for (at = end; at > auth && at[-1] != '@'; at--) {
+  }
+  if (at == auth) return url;
+  snprintf(buf, size, "%.*s***@%s", (int)(auth - url), url, at);
+  return buf;
+}
+
+int idem__store_open(const char *url, idem__store **out) {
+  char buf[300];
+  size_t n;
+  if (!out) return IDEM_MISUSE;
+  *out = NULL;
+  if (!url || !*url)
+    return idem__store_fail(out, IDEM_INVALID, "no attempt log named");
+  n = scheme_len(url);
+  if (n == 0) return idem__sqlite_open(url, out);
+  if (scheme_is(url, n, "sqlite")) {
+    if (!url[n + 1])
+      return idem__store_fail(out, IDEM_INVALID,
+                              "attempt log \"%s\": no path after sqlite:", url);
+    return idem__sqlite_open(url + n + 1, out);
+  }
+  if (scheme_is(url, n, "postgres") || scheme_is(url, n, "postgresql"))
+    return idem__store_fail(out, IDEM_INVALID,
+                            "attempt log \"%.200s\": PostgreSQL is not built "
+                            "into this idem yet; use sqlite:PATH",
+                            shown(url, buf, sizeof buf));
+  return idem__store_fail(out, IDEM_INVALID,
+                          "attempt log \"%.200s\": unknown scheme (use "
+                          "sqlite:PATH or a plain path)",
+                          shown(url, buf, sizeof buf));
+}

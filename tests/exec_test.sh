@@ -1,0 +1,153 @@
+#!/bin/bash
+# The refund story through `idem exec`, as processes: real SQLite files,
+# real child processes, a ledger that counts every application.
+#   tests/exec_test.sh IDEM_BINARY
+set -u
+IDEM=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOOL=$HERE/tools/refund.sh
+STATUS="$HERE/tools/refund_status.sh"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export LEDGER=$T/ledger
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() { # expect NAME WANT GOT
+  if [ "$2" = "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi
+}
+has() { # has NAME TEXT NEEDLE
+  case "$2" in *"$3"*) ok ;; *) bad "$1: '$3' not in: $2" ;; esac
+}
+applied() { local n; n=$(grep -c . "$LEDGER" 2>/dev/null); echo "${n:-0}"; }
+ARGS='{"order_id":"ord_1","amount_cents":6000}'
+run() { # run LOG CALL [extra args...]: envelope in $out, exit code in $code
+  local log=$1 call=$2
+  shift 2
+  out=$("$IDEM" exec --log "sqlite:$T/$log.db" --session sess_1 --call "$call" \
+    --tool refund_payment --args "$ARGS" "$@" -- "$TOOL")
+  code=$?
+}
+
+# first call, replay, reformatted arguments, conflict, a second refund
+: > "$LEDGER"
+run a toolu_7
+expect "first call exit" 0 "$code"
+has "first call" "$out" '"status":"succeeded"'
+has "first call key" "$out" '"idempotency_key":"sess_1:toolu_7:a280fb850f483293"'
+has "first call result" "$out" '"refund_id":"re_1"'
+expect "one refund" 1 "$(applied)"
+run a toolu_7
+expect "replay exit" 0 "$code"
+has "replay" "$out" '"replayed":true'
+expect "still one refund" 1 "$(applied)"
+ARGS='{ "amount_cents": 6000.0, "order_id": "ord_1" }' run a toolu_7
+has "reformatted" "$out" '"replayed":true'
+out=$("$IDEM" exec --log "sqlite:$T/a.db" --session sess_1 --call toolu_7 \
+  --tool refund_payment --args '{"order_id":"ord_1","amount_cents":9000}' -- "$TOOL")
+expect "conflict exit" 65 "$?"
+has "conflict" "$out" '"status":"conflict"'
+run a toolu_9
+has "second refund" "$out" '"status":"succeeded"'
+expect "two refunds" 2 "$(applied)"
+# the key and the arguments reach the command
+has "args on stdin" "$out" '"args":{"amount_cents":6000,"order_id":"ord_1"}'
+
+# bad arguments: nothing recorded, nothing run
+: > "$LEDGER"
+out=$("$IDEM" exec --log "sqlite:$T/b.db" --session s --call c1 --tool refund_payment \
+  --args '{"a":1,"a":2}' -- "$TOOL")
+expect "bad args exit" 65 "$?"
+has "bad args" "$out" '"status":"invalid_arguments"'
+expect "bad args ran nothing" 0 "$(applied)"
+"$IDEM" show --log "sqlite:$T/b.db" s c1 >/dev/null 2>&1
+expect "bad args recorded nothing" 1 "$?"
+
+# refused: the policy does not name the tool
+cat > "$T/policy.json" <<'P'
+{"tools": {"refund_payment": {"class": "guarded", "timeout_ms": 1000, "retries": 1,
+  "backoff_ms": 10, "status": {"command": "exit 100"}}}}
+P
+out=$("$IDEM" exec --policy "$T/policy.json" --log "sqlite:$T/c.db" --session s --call c1 \
+  --tool drop_table --args '{}' -- "$TOOL")
+expect "refused exit" 77 "$?"
+has "refused" "$out" '"status":"refused"'
+expect "refused ran nothing" 0 "$(applied)"
+
+# rejected and not applied
+REFUND_MODE=reject run d r1
+expect "rejected exit" 1 "$code"
+has "rejected" "$out" '"status":"failed"'
+REFUND_MODE=fail run d f1 --policy "$T/policy.json"
+expect "not applied exit" 1 "$code"
+has "not applied attempts" "$out" '"attempts":2'
+
+# a timeout reconciled by the status check
+: > "$LEDGER"
+REFUND_MODE=stall STALL=2 run e t1 --timeout 300 --status "$STATUS"
+expect "reconciled exit" 0 "$code"
+has "reconciled" "$out" '"status":"succeeded"'
+has "reconciled result" "$out" '"applied":true'
+expect "reconciled: one refund" 1 "$(applied)"
+
+# a timeout without a status check: outcome_unknown, the fence, the late
+# result, already_applied, then a real repeat
+: > "$LEDGER"
+REFUND_MODE=stall STALL=1 run f u1 --timeout 200
+expect "unknown exit" 75 "$code"
+has "unknown" "$out" '"status":"outcome_unknown"'
+has "unknown says not to call again" "$out" 'Do not call refund_payment again'
+run f u2 --timeout 200
+expect "fenced exit" 75 "$code"
+has "fenced" "$out" '"duplicate_of":"u1"'
+expect "fenced: one refund" 1 "$(applied)"
+sleep 1.5 # the late result arrives and the runner records it
+"$IDEM" show --log "sqlite:$T/f.db" --json sess_1 u1 > "$T/show.json"
+has "late recorded" "$(cat "$T/show.json")" '"state":"succeeded"'
+has "late resolution" "$(cat "$T/show.json")" '"resolution":"late"'
+run f u3 --timeout 200
+expect "already applied exit" 0 "$code"
+has "already applied" "$out" '"status":"already_applied"'
+has "already applied names u1" "$out" '"duplicate_of":"u1"'
+run f u4 --timeout 2000
+has "a real repeat" "$out" '"status":"succeeded"'
+expect "two refunds after a real repeat" 2 "$(applied)"
+
+# racing processes on one call: one application
+: > "$LEDGER"
+for i in 1 2 3 4 5 6; do
+  REFUND_MODE=stall STALL=0.5 "$IDEM" exec --log "sqlite:$T/g.db" --session s --call same \
+    --tool refund_payment --args "$ARGS" -- "$TOOL" > "$T/race.$i" &
+done
+wait
+expect "racing processes: one refund" 1 "$(applied)"
+expect "racing processes: all succeeded" 6 "$(grep -l '"status":"succeeded"' "$T"/race.* | wc -l | tr -d ' ')"
+
+# parallel identical calls with different call ids: one application
+: > "$LEDGER"
+for i in 1 2 3 4 5 6; do
+  REFUND_MODE=stall STALL=0.5 "$IDEM" exec --log "sqlite:$T/h.db" --session s --call "p$i" \
+    --tool refund_payment --args "$ARGS" -- "$TOOL" > "$T/par.$i" &
+done
+wait
+expect "parallel calls: one refund" 1 "$(applied)"
+expect "parallel calls: one succeeded" 1 "$(grep -l '"status":"succeeded"' "$T"/par.* | wc -l | tr -d ' ')"
+expect "parallel calls: five already applied" 5 "$(grep -l '"status":"already_applied"' "$T"/par.* | wc -l | tr -d ' ')"
+
+# a log that cannot be used: a clear error and no downstream call
+: > "$LEDGER"
+head -c 20000 /dev/urandom > "$T/corrupt.db"
+err=$("$IDEM" exec --log "sqlite:$T/corrupt.db" --session s --call c --tool refund_payment \
+  --args "$ARGS" -- "$TOOL" 2>&1 >/dev/null)
+expect "corrupt log exit" 1 "$?"
+has "corrupt log message" "$err" "idem: "
+has "corrupt log: not run" "$err" "not run"
+expect "corrupt log: no refund" 0 "$(applied)"
+mkdir -p "$T/dir.db"
+"$IDEM" exec --log "sqlite:$T/dir.db" --session s --call c --tool refund_payment \
+  --args "$ARGS" -- "$TOOL" >/dev/null 2>&1
+expect "directory as log exit" 1 "$?"
+expect "directory as log: no refund" 0 "$(applied)"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,1458 @@
+/*
+** test_store.c - the attempt log's store, on real SQLite files in a
+** temporary directory (test_store [DIR]: made under DIR, else $TMPDIR or
+** /tmp, and removed at the end).
+**
+**   - the conformance suite: written against the vtable alone
+**     (idem__store_open(url)), each part a function of the URL, so the
+**     PostgreSQL store will run the same suite;
+**   - concurrency: threads racing begins, group commit grouping, and
+**     processes racing begins on one file;
+**   - durability: a child killed with SIGKILL at a random moment never
+**     loses a record it reported inserted;
+**   - errors: damaged and foreign files, a newer schema, a locked log, an
+**     unwritable place, failing syncs and writes (the "idem-fault" VFS), the
+**     file mode, fork misuse, URLs.
+*/
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "check.h"
+#include "idemInt.h"
+
+#define BIT(state) (1u << (state))
+#define ALL_STATES 0x7eu
+
+static char g_dir[512];
+static unsigned long long g_rand = 0x9e3779b97f4a7c15ull;
+
+static unsigned rnd(unsigned n) {
+  g_rand ^= g_rand << 13;
+  g_rand ^= g_rand >> 7;
+  g_rand ^= g_rand << 17;
+  return (unsigned)(g_rand % n);
+}
+
+static const char *path_in(char *buf, size_t n, const char *name) {
+  snprintf(buf, n, "%s/%s", g_dir, name);
+  return buf;
+}
+
+static double mono_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static void sleep_us(long us) {
+  struct timespec t;
+  t.tv_sec = us / 1000000;
+  t.tv_nsec = (us % 1000000) * 1000;
+  nanosleep(&t, NULL);
+}
+
+static idem__store *open_ok(const char *url) {
+  idem__store *st = NULL;
+  int rc = idem__store_open(url, &st);
+  CHECK_INT(rc, IDEM_OK);
+  if (rc != IDEM_OK) {
+    fprintf(stderr, "  open %s: %s\n", url, st ? st->vt->errmsg(st) : "?");
+    if (st) st->vt->close(st);
+    return NULL;
+  }
+  return st;
+}
+
+static const char FINGERPRINT[] =
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/* A record to begin, with its strings. */
+typedef struct trec {
+  idem_record r;
+  char session[64], call[64], fence[64], key[200];
+} trec;
+
+static void rec_init(trec *t, const char *session, const char *call,
+                     const char *fence, long long created) {
+  memset(t, 0, sizeof *t);
+  snprintf(t->session, sizeof t->session, "%s", session);
+  snprintf(t->call, sizeof t->call, "%s", call);
+  snprintf(t->key, sizeof t->key, "%s:%s:0123456789abcdef", session, call);
+  t->r.session = t->session;
+  t->r.call_id = t->call;
+  t->r.tool = (char *)"refund_payment";
+  t->r.fingerprint = (char *)FINGERPRINT;
+  t->r.key = t->key;
+  t->r.args = (char *)"{\"amount_cents\":6000,\"order_id\":\"o_1\"}";
+  if (fence) {
+    snprintf(t->fence, sizeof t->fence, "%s", fence);
+    t->r.fence_key = t->fence;
+  }
+  t->r.cls = IDEM_CLASS_GUARDED;
+  t->r.state = IDEM_STATE_PENDING;
+  t->r.attempts = 0;
+  t->r.owner = (char *)"host:123:456";
+  t->r.lease_until = created + 30000;
+  t->r.created = created;
+  t->r.expires = created + 7 * 86400000LL;
+}
+
+static long long store_now(idem__store *st) {
+  long long ms = 0;
+  CHECK_INT(st->vt->now(st, &ms), IDEM_OK);
+  return ms;
+}
+
+/* Begin and expect `what`; returns the found record (or NULL). */
+static idem_record *begin_expect(idem__store *st, trec *t, long long window,
+                                 int what, int line) {
+  idem_record *found = NULL;
+  int got = 0, rc = st->vt->begin(st, &t->r, window, &got, &found);
+  if (rc != IDEM_OK || got != what) {
+    fprintf(stderr,
+            "test_store.c:%d: begin (%s, %s): rc %d what %d, expected "
+            "what %d (%s)\n",
+            line, t->session, t->call, rc, got, what, st->vt->errmsg(st));
+    check_failed++;
+  } else {
+    check_passed++;
+  }
+  return found;
+}
+#define BEGIN_EXPECT(st, t, w, what) begin_expect(st, t, w, what, __LINE__)
+
+static idem__change change_init(const char *session, const char *call,
+                                unsigned from) {
+  idem__change ch;
+  memset(&ch, 0, sizeof ch);
+  ch.session = session;
+  ch.call_id = call;
+  ch.from = from;
+  ch.expect_token = -1;
+  ch.delivered = -1;
+  return ch;
+}
+
+/* Set a record's state (and delivered) directly, from any non-terminal. */
+static void force_state(idem__store *st, const char *session, const char *call,
+                        int state, int delivered) {
+  idem__change ch = change_init(session, call, ALL_STATES);
+  ch.state = state;
+  ch.delivered = delivered;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+}
+
+/* ---- conformance: begin and the fence ------------------------------------ */
+
+static void conf_begin(const char *url) {
+  idem__store *st = open_ok(url);
+  idem_record *found, *got = NULL;
+  trec a, b;
+  long long now;
+  if (!st) return;
+  now = store_now(st);
+  CHECK(now > 1700000000000LL);
+
+  /* insert, then find by (session, call id) */
+  rec_init(&a, "cb", "toolu_1", "fence-1", now);
+  a.r.attempts = 0;
+  found = BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  CHECK(found == NULL);
+  CHECK_INT(st->vt->get(st, "cb", "toolu_1", &got), IDEM_OK);
+  if (got) {
+    CHECK_STR(got->session, "cb");
+    CHECK_STR(got->call_id, "toolu_1");
+    CHECK_STR(got->tool, "refund_payment");
+    CHECK_STR(got->fingerprint, a.r.fingerprint);
+    CHECK_STR(got->key, "cb:toolu_1:0123456789abcdef");
+    CHECK_STR(got->args, a.r.args);
+    CHECK_STR(got->fence_key, "fence-1");
+    CHECK_STR(got->owner, "host:123:456");
+    CHECK_INT(got->cls, IDEM_CLASS_GUARDED);
+    CHECK_INT(got->state, IDEM_STATE_PENDING);
+    CHECK_INT(got->token, 1);
+    CHECK_INT(got->lease_until, now + 30000);
+    CHECK_INT(got->created, now);
+    CHECK(got->updated >= now);
+    CHECK_INT(got->expires, now + 7 * 86400000LL);
+    CHECK_INT(got->resolution, IDEM_RESOLVED_NONE);
+    CHECK_INT(got->delivered, 0);
+    CHECK(got->result == NULL && got->error == NULL);
+    CHECK(got->duplicate_of == NULL);
+    idem_record_free(got);
+  }
+  /* the state and token of the record given are not what begin stores */
+  rec_init(&b, "cb", "toolu_2", NULL, now);
+  b.r.state = IDEM_STATE_SUCCEEDED;
+  b.r.token = 42;
+  BEGIN_EXPECT(st, &b, 0, IDEM__BEGIN_INSERTED);
+  if (st->vt->get(st, "cb", "toolu_2", &got) == IDEM_OK) {
+    CHECK_INT(got->state, IDEM_STATE_PENDING);
+    CHECK_INT(got->token, 1);
+    CHECK(got->fence_key == NULL);
+    idem_record_free(got);
+  }
+  /* the same action again: FOUND, whatever its fence says */
+  found = BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_FOUND);
+  if (found) {
+    CHECK_STR(found->call_id, "toolu_1");
+    CHECK_INT(found->state, IDEM_STATE_PENDING);
+    idem_record_free(found);
+  }
+  /* found is optional */
+  {
+    int what = 0;
+    CHECK_INT(st->vt->begin(st, &a.r, 0, &what, NULL), IDEM_OK);
+    CHECK_INT(what, IDEM__BEGIN_FOUND);
+  }
+  st->vt->close(st);
+}
+
+/* One fence case: an earlier action in `state` (delivered or not, created
+** `age` ms ago), then a new call id with the same fence key. */
+static void fence_case(idem__store *st, const char *name, int state,
+                       int delivered, long long age, long long window,
+                       int expect) {
+  trec early, late;
+  char fence[64], again[64];
+  idem_record *found;
+  long long now = store_now(st);
+  snprintf(fence, sizeof fence, "fence-%s", name);
+  rec_init(&early, "cf", name, fence, now - age);
+  if (state == IDEM_STATE_DEDUPLICATED) {
+    int what = 0;
+    early.r.state = IDEM_STATE_DEDUPLICATED;
+    early.r.duplicate_of = (char *)"elsewhere";
+    CHECK_INT(st->vt->insert(st, &early.r, &what, NULL), IDEM_OK);
+    CHECK_INT(what, IDEM__BEGIN_INSERTED);
+  } else {
+    BEGIN_EXPECT(st, &early, 0, IDEM__BEGIN_INSERTED);
+    if (state != IDEM_STATE_PENDING || delivered)
+      force_state(st, "cf", name, state, delivered);
+  }
+  snprintf(again, sizeof again, "%s-again", name);
+  rec_init(&late, "cf", again, fence, now);
+  found = begin_expect(st, &late, window, expect, __LINE__);
+  if (expect == IDEM__BEGIN_FENCED) {
+    CHECK(found != NULL);
+    if (found) {
+      CHECK_STR(found->call_id, name);
+      CHECK_INT(found->state, state);
+    }
+  } else {
+    CHECK(found == NULL);
+  }
+  if ((expect == IDEM__BEGIN_FENCED) != (found != NULL))
+    fprintf(stderr, "  (fence case %s)\n", name);
+  idem_record_free(found);
+}
+
+static void conf_fence(const char *url) {
+  idem__store *st = open_ok(url);
+  trec a, b, c;
+  idem_record *found;
+  long long now, hour = 3600000LL;
+  if (!st) return;
+  /* what fences */
+  fence_case(st, "pending", IDEM_STATE_PENDING, 0, 0, 0, IDEM__BEGIN_FENCED);
+  fence_case(st, "in_doubt", IDEM_STATE_IN_DOUBT, 0, 0, 0, IDEM__BEGIN_FENCED);
+  fence_case(st, "succeeded_untold", IDEM_STATE_SUCCEEDED, 0, 0, 0,
+             IDEM__BEGIN_FENCED);
+  fence_case(st, "in_window", IDEM_STATE_SUCCEEDED, 1, 1000, hour,
+             IDEM__BEGIN_FENCED);
+  /* what does not */
+  fence_case(st, "succeeded_told", IDEM_STATE_SUCCEEDED, 1, 0, 0,
+             IDEM__BEGIN_INSERTED);
+  fence_case(st, "past_window", IDEM_STATE_SUCCEEDED, 1, 2 * hour, hour,
+             IDEM__BEGIN_INSERTED);
+  fence_case(st, "failed", IDEM_STATE_FAILED, 0, 0, 0, IDEM__BEGIN_INSERTED);
+  fence_case(st, "not_applied", IDEM_STATE_NOT_APPLIED, 0, 0, 0,
+             IDEM__BEGIN_INSERTED);
+  fence_case(st, "deduplicated", IDEM_STATE_DEDUPLICATED, 0, 0, 0,
+             IDEM__BEGIN_INSERTED);
+  /* a window does not make a told failure fence */
+  fence_case(st, "failed_window", IDEM_STATE_FAILED, 1, 0, hour,
+             IDEM__BEGIN_INSERTED);
+
+  now = store_now(st);
+  /* another fence key, or none, is not fenced */
+  rec_init(&a, "cf2", "a", "fence-x", now);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  rec_init(&b, "cf2", "b", "fence-y", now);
+  BEGIN_EXPECT(st, &b, 0, IDEM__BEGIN_INSERTED);
+  rec_init(&b, "cf2", "c", NULL, now);
+  BEGIN_EXPECT(st, &b, 0, IDEM__BEGIN_INSERTED);
+  /* the fence key is the whole scope: another session with it is fenced */
+  rec_init(&b, "cf3", "a", "fence-x", now);
+  found = BEGIN_EXPECT(st, &b, 0, IDEM__BEGIN_FENCED);
+  if (found) CHECK_STR(found->session, "cf2");
+  idem_record_free(found);
+  /* the newest fencing action is the one reported */
+  rec_init(&a, "cf4", "old", "fence-n", now - 5000);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  force_state(st, "cf4", "old", IDEM_STATE_IN_DOUBT, -1);
+  /* (begin would be fenced by "old": insert the newer one as it is) */
+  rec_init(&c, "cf4", "newer", "fence-n", now - 1000);
+  c.r.state = IDEM_STATE_PENDING;
+  c.r.token = 1;
+  {
+    int what = 0;
+    CHECK_INT(st->vt->insert(st, &c.r, &what, NULL), IDEM_OK);
+    CHECK_INT(what, IDEM__BEGIN_INSERTED);
+  }
+  rec_init(&c, "cf4", "third", "fence-n", now);
+  found = BEGIN_EXPECT(st, &c, 0, IDEM__BEGIN_FENCED);
+  if (found) CHECK_STR(found->call_id, "newer");
+  idem_record_free(found);
+  /* after the newer one is told, the older in-doubt one still fences */
+  force_state(st, "cf4", "newer", IDEM_STATE_SUCCEEDED, 1);
+  found = BEGIN_EXPECT(st, &c, 0, IDEM__BEGIN_FENCED);
+  if (found) CHECK_STR(found->call_id, "old");
+  idem_record_free(found);
+  force_state(st, "cf4", "old", IDEM_STATE_NOT_APPLIED, -1);
+  found = BEGIN_EXPECT(st, &c, 0, IDEM__BEGIN_INSERTED);
+  idem_record_free(found);
+  st->vt->close(st);
+}
+
+/* ---- conformance: change --------------------------------------------------- */
+
+static void conf_change(const char *url) {
+  idem__store *st = open_ok(url);
+  idem_record *now_rec = NULL, *got = NULL;
+  idem__change ch;
+  trec a;
+  long long now;
+  if (!st) return;
+  now = store_now(st);
+  rec_init(&a, "cc", "c1", NULL, now);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+
+  /* compare-and-set on the state */
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_IN_DOUBT));
+  ch.state = IDEM_STATE_SUCCEEDED;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_STALE);
+  CHECK(now_rec != NULL);
+  if (now_rec) CHECK_INT(now_rec->state, IDEM_STATE_PENDING);
+  idem_record_free(now_rec);
+  CHECK(strlen(st->vt->errmsg(st)) > 0);
+  /* ... and on the token */
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_PENDING));
+  ch.expect_token = 7;
+  ch.state = IDEM_STATE_SUCCEEDED;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_STALE);
+  if (now_rec) CHECK_INT(now_rec->token, 1);
+  idem_record_free(now_rec);
+
+  /* take_lease bumps the token; the old token is then stale */
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_PENDING));
+  ch.expect_token = 1;
+  ch.take_lease = 1;
+  ch.owner = "other:9:9";
+  ch.lease_until = now + 99;
+  ch.attempts_add = 1;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+  if (now_rec) {
+    CHECK_INT(now_rec->token, 2);
+    CHECK_STR(now_rec->owner, "other:9:9");
+    CHECK_INT(now_rec->lease_until, now + 99);
+    CHECK_INT(now_rec->attempts, 1);
+    CHECK_INT(now_rec->state, IDEM_STATE_PENDING);
+    CHECK(now_rec->updated >= now);
+  }
+  idem_record_free(now_rec);
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_PENDING));
+  ch.expect_token = 1;
+  ch.state = IDEM_STATE_IN_DOUBT;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+
+  /* the current owner finishes: result, resolution, attempts */
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_PENDING));
+  ch.expect_token = 2;
+  ch.state = IDEM_STATE_IN_DOUBT;
+  ch.error = "timed out after 8000 ms";
+  ch.attempts_add = 1;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+  if (now_rec) {
+    CHECK_INT(now_rec->state, IDEM_STATE_IN_DOUBT);
+    CHECK_STR(now_rec->error, "timed out after 8000 ms");
+    CHECK_INT(now_rec->attempts, 2);
+    CHECK_INT(now_rec->delivered, 0);
+  }
+  idem_record_free(now_rec);
+  /* a stale token may resolve an in-doubt record (a late result) */
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_IN_DOUBT));
+  ch.state = IDEM_STATE_SUCCEEDED;
+  ch.result = "{\"refund_id\":\"re_1\"}";
+  ch.resolution = IDEM_RESOLVED_LATE;
+  ch.durable = 1;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+  if (now_rec) {
+    CHECK_INT(now_rec->state, IDEM_STATE_SUCCEEDED);
+    CHECK_STR(now_rec->result, "{\"refund_id\":\"re_1\"}");
+    CHECK_STR(now_rec->error, "timed out after 8000 ms"); /* kept */
+    CHECK_INT(now_rec->resolution, IDEM_RESOLVED_LATE);
+    CHECK_STR(now_rec->owner, "other:9:9");
+  }
+  idem_record_free(now_rec);
+
+  /* terminal: never overwritten, whatever the mask admits */
+  ch = change_init("cc", "c1", ALL_STATES);
+  ch.state = IDEM_STATE_FAILED;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_STALE);
+  if (now_rec) CHECK_INT(now_rec->state, IDEM_STATE_SUCCEEDED);
+  idem_record_free(now_rec);
+  ch = change_init("cc", "c1", ALL_STATES);
+  ch.expect_token = 1; /* stale token on a terminal record */
+  ch.state = IDEM_STATE_IN_DOUBT;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  ch = change_init("cc", "c1", ALL_STATES);
+  ch.expect_token = 2; /* even the right token */
+  ch.state = IDEM_STATE_NOT_APPLIED;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  ch = change_init("cc", "c1", ALL_STATES);
+  ch.take_lease = 1;
+  ch.owner = "thief:1:1";
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  ch = change_init("cc", "c1", ALL_STATES);
+  ch.result = "{\"other\":true}";
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  ch = change_init("cc", "c1", ALL_STATES);
+  ch.attempts_add = 1;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  ch = change_init("cc", "c1", ALL_STATES);
+  ch.resolution = IDEM_RESOLVED_RECONCILED;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  /* ... but delivered may be set, and the same state is no change */
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_SUCCEEDED));
+  ch.state = IDEM_STATE_SUCCEEDED;
+  ch.delivered = 1;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+  if (now_rec) {
+    CHECK_INT(now_rec->delivered, 1);
+    CHECK_INT(now_rec->token, 2);
+    CHECK_STR(now_rec->result, "{\"refund_id\":\"re_1\"}");
+  }
+  idem_record_free(now_rec);
+  CHECK_INT(st->vt->get(st, "cc", "c1", &got), IDEM_OK);
+  if (got) {
+    CHECK_INT(got->state, IDEM_STATE_SUCCEEDED);
+    CHECK_INT(got->delivered, 1);
+    CHECK_INT(got->attempts, 2);
+    CHECK_INT(got->resolution, IDEM_RESOLVED_LATE);
+  }
+  idem_record_free(got);
+
+  /* failed is terminal too; not_applied is not (it may run again) */
+  rec_init(&a, "cc", "c2", NULL, now);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  force_state(st, "cc", "c2", IDEM_STATE_FAILED, -1);
+  ch = change_init("cc", "c2", ALL_STATES);
+  ch.state = IDEM_STATE_PENDING;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  rec_init(&a, "cc", "c3", NULL, now);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  force_state(st, "cc", "c3", IDEM_STATE_NOT_APPLIED, -1);
+  ch = change_init("cc", "c3", BIT(IDEM_STATE_NOT_APPLIED));
+  ch.state = IDEM_STATE_PENDING;
+  ch.take_lease = 1;
+  ch.owner = "again:1:1";
+  ch.lease_until = now + 5;
+  ch.delivered = 0;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+  if (now_rec) {
+    CHECK_INT(now_rec->state, IDEM_STATE_PENDING);
+    CHECK_INT(now_rec->token, 2);
+  }
+  idem_record_free(now_rec);
+
+  /* a change of nothing */
+  ch = change_init("cc", "nope", ALL_STATES);
+  ch.state = IDEM_STATE_FAILED;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_NOTFOUND);
+  CHECK(now_rec == NULL);
+  CHECK(strstr(st->vt->errmsg(st), "nope") != NULL);
+  /* and bad changes */
+  ch = change_init("cc", "c3", ALL_STATES);
+  ch.state = 9;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_INVALID);
+  CHECK_INT(st->vt->change(st, NULL, NULL), IDEM_INVALID);
+  st->vt->close(st);
+}
+
+/* ---- conformance: insert, get ------------------------------------------- */
+
+static void conf_insert_get(const char *url) {
+  idem__store *st = open_ok(url);
+  idem_record *found = NULL, *got = NULL;
+  trec d;
+  int what = 0;
+  long long now;
+  if (!st) return;
+  now = store_now(st);
+  CHECK_INT(st->vt->get(st, "ci", "absent", &got), IDEM_NOTFOUND);
+  CHECK(got == NULL);
+  CHECK(strstr(st->vt->errmsg(st), "absent") != NULL);
+
+  rec_init(&d, "ci", "dup", "fence-d", now);
+  d.r.state = IDEM_STATE_DEDUPLICATED;
+  d.r.duplicate_of = (char *)"toolu_orig";
+  d.r.result = (char *)"{\"refund_id\":\"re_9\"}";
+  d.r.resolution = IDEM_RESOLVED_REPLAYED;
+  d.r.delivered = 1;
+  d.r.token = 3;
+  d.r.attempts = 0;
+  CHECK_INT(st->vt->insert(st, &d.r, &what, &found), IDEM_OK);
+  CHECK_INT(what, IDEM__BEGIN_INSERTED);
+  CHECK(found == NULL);
+  CHECK_STR(st->vt->errmsg(st), "");
+  CHECK_INT(st->vt->get(st, "ci", "dup", &got), IDEM_OK);
+  if (got) {
+    CHECK_INT(got->state, IDEM_STATE_DEDUPLICATED);
+    CHECK_STR(got->duplicate_of, "toolu_orig");
+    CHECK_STR(got->result, "{\"refund_id\":\"re_9\"}");
+    CHECK_INT(got->resolution, IDEM_RESOLVED_REPLAYED);
+    CHECK_INT(got->delivered, 1);
+    CHECK_INT(got->token, 3);
+  }
+  idem_record_free(got);
+  CHECK_INT(st->vt->insert(st, &d.r, &what, &found), IDEM_OK);
+  CHECK_INT(what, IDEM__BEGIN_FOUND);
+  if (found) CHECK_STR(found->duplicate_of, "toolu_orig");
+  idem_record_free(found);
+  /* bad records */
+  d.r.state = 0;
+  CHECK_INT(st->vt->insert(st, &d.r, &what, NULL), IDEM_INVALID);
+  d.r.state = IDEM_STATE_DEDUPLICATED;
+  d.r.key = NULL;
+  CHECK_INT(st->vt->insert(st, &d.r, &what, NULL), IDEM_INVALID);
+  CHECK_INT(st->vt->begin(st, &d.r, 0, &what, NULL), IDEM_INVALID);
+  CHECK(strstr(st->vt->errmsg(st), "key") != NULL);
+  CHECK_INT(st->vt->begin(st, NULL, 0, &what, NULL), IDEM_INVALID);
+  CHECK_INT(st->vt->get(st, NULL, "x", &got), IDEM_INVALID);
+  st->vt->close(st);
+}
+
+/* ---- conformance: list, gc, stats -------------------------------------- */
+
+typedef struct collect {
+  char calls[16][32];
+  int n, stop_after;
+} collect;
+
+static int collect_cb(const idem_record *r, void *ctx) {
+  collect *c = ctx;
+  if (c->n < 16) snprintf(c->calls[c->n], sizeof c->calls[0], "%s", r->call_id);
+  c->n++;
+  return c->stop_after && c->n >= c->stop_after;
+}
+
+static void conf_list(const char *url) {
+  idem__store *st = open_ok(url);
+  idem__filter f;
+  collect c;
+  trec a;
+  long long now;
+  int i;
+  static const int states[5] = {IDEM_STATE_PENDING, IDEM_STATE_SUCCEEDED,
+                                IDEM_STATE_IN_DOUBT, IDEM_STATE_FAILED,
+                                IDEM_STATE_IN_DOUBT};
+  if (!st) return;
+  now = store_now(st);
+  /* created out of call-id order, so the order is visibly by created */
+  for (i = 0; i < 5; i++) {
+    char call[8];
+    snprintf(call, sizeof call, "l%d", 4 - i);
+    rec_init(&a, "cl", call, NULL, now + i);
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+    if (states[i] != IDEM_STATE_PENDING)
+      force_state(st, "cl", call, states[i], -1);
+  }
+  rec_init(&a, "cl-other", "x", NULL, now);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  force_state(st, "cl-other", "x", IDEM_STATE_IN_DOUBT, -1);
+
+  memset(&f, 0, sizeof f);
+  f.session = "cl";
+  memset(&c, 0, sizeof c);
+  CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
+  CHECK_INT(c.n, 5);
+  CHECK_STR(c.calls[0], "l4");
+  CHECK_STR(c.calls[4], "l0");
+  f.states = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
+  memset(&c, 0, sizeof c);
+  CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
+  CHECK_INT(c.n, 3);
+  CHECK_STR(c.calls[0], "l4");
+  CHECK_STR(c.calls[1], "l2");
+  CHECK_STR(c.calls[2], "l0");
+  f.limit = 2;
+  memset(&c, 0, sizeof c);
+  CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
+  CHECK_INT(c.n, 2);
+  f.limit = 0;
+  memset(&c, 0, sizeof c);
+  c.stop_after = 1;
+  CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
+  CHECK_INT(c.n, 1);
+  /* by state across sessions */
+  f.session = NULL;
+  f.states = BIT(IDEM_STATE_IN_DOUBT);
+  memset(&c, 0, sizeof c);
+  CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
+  CHECK(c.n >= 3);
+  for (i = 0; i < c.n && i < 16; i++)
+    CHECK(strcmp(c.calls[i], "l2") == 0 || strcmp(c.calls[i], "l0") == 0 ||
+          strcmp(c.calls[i], "x") == 0 || c.calls[i][0] != 'l');
+  /* a mask of no known state lists nothing */
+  f.states = 1u << 12;
+  memset(&c, 0, sizeof c);
+  CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
+  CHECK_INT(c.n, 0);
+  /* no filter: everything */
+  memset(&c, 0, sizeof c);
+  CHECK_INT(st->vt->list(st, NULL, collect_cb, &c), IDEM_OK);
+  CHECK(c.n >= 6);
+  st->vt->close(st);
+}
+
+static void conf_gc_stats(const char *url) {
+  idem__store *st = open_ok(url);
+  long long before[8], after[8], now;
+  idem_record *got = NULL;
+  size_t n = 99;
+  trec a;
+  int i;
+  static const struct {
+    const char *call;
+    int state;
+    int expired; /* 1 expired, 0 not yet, -1 never (expires 0) */
+    int deleted;
+  } cases[] = {
+      {"succeeded-old", IDEM_STATE_SUCCEEDED, 1, 1},
+      {"failed-old", IDEM_STATE_FAILED, 1, 1},
+      {"dedup-old", IDEM_STATE_DEDUPLICATED, 1, 1},
+      {"not_applied-old", IDEM_STATE_NOT_APPLIED, 1, 1},
+      {"pending-old", IDEM_STATE_PENDING, 1, 0},
+      {"in_doubt-old", IDEM_STATE_IN_DOUBT, 1, 0},
+      {"succeeded-new", IDEM_STATE_SUCCEEDED, 0, 0},
+      {"succeeded-forever", IDEM_STATE_SUCCEEDED, -1, 0},
+  };
+  if (!st) return;
+  CHECK_INT(st->vt->stats(st, before), IDEM_OK);
+  now = store_now(st);
+  for (i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
+    int what = 0;
+    rec_init(&a, "cg", cases[i].call, NULL, now - 10 * 86400000LL);
+    a.r.expires = cases[i].expired > 0   ? now - 1000
+                  : cases[i].expired < 0 ? 0
+                                         : now + 86400000LL;
+    a.r.state = cases[i].state;
+    a.r.token = 1;
+    CHECK_INT(st->vt->insert(st, &a.r, &what, NULL), IDEM_OK);
+  }
+  CHECK_INT(st->vt->stats(st, after), IDEM_OK);
+  CHECK_INT(after[IDEM_STATE_SUCCEEDED] - before[IDEM_STATE_SUCCEEDED], 3);
+  CHECK_INT(after[IDEM_STATE_FAILED] - before[IDEM_STATE_FAILED], 1);
+  CHECK_INT(after[IDEM_STATE_DEDUPLICATED] - before[IDEM_STATE_DEDUPLICATED],
+            1);
+  CHECK_INT(after[IDEM_STATE_NOT_APPLIED] - before[IDEM_STATE_NOT_APPLIED], 1);
+  CHECK_INT(after[IDEM_STATE_PENDING] - before[IDEM_STATE_PENDING], 1);
+  CHECK_INT(after[IDEM_STATE_IN_DOUBT] - before[IDEM_STATE_IN_DOUBT], 1);
+  CHECK_INT(after[0] - before[0], 8);
+
+  CHECK_INT(st->vt->gc(st, now, &n), IDEM_OK);
+  CHECK(n >= 4);
+  for (i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
+    int rc = st->vt->get(st, "cg", cases[i].call, &got);
+    CHECK_INT(rc, cases[i].deleted ? IDEM_NOTFOUND : IDEM_OK);
+    if (rc != (cases[i].deleted ? IDEM_NOTFOUND : IDEM_OK))
+      fprintf(stderr, "  (gc case %s)\n", cases[i].call);
+    idem_record_free(got);
+    got = NULL;
+  }
+  CHECK_INT(st->vt->gc(st, now, &n), IDEM_OK);
+  CHECK_INT(n, 0);
+  st->vt->close(st);
+}
+
+static void conformance(const char *url) {
+  conf_begin(url);
+  conf_fence(url);
+  conf_change(url);
+  conf_insert_get(url);
+  conf_list(url);
+  conf_gc_stats(url);
+}
+
+/* ---- records, names ------------------------------------------------------ */
+
+static void test_records(void) {
+  trec a;
+  idem_record *d;
+  CHECK_STR(idem_state_name(IDEM_STATE_PENDING), "pending");
+  CHECK_STR(idem_state_name(IDEM_STATE_SUCCEEDED), "succeeded");
+  CHECK_STR(idem_state_name(IDEM_STATE_FAILED), "failed");
+  CHECK_STR(idem_state_name(IDEM_STATE_NOT_APPLIED), "not_applied");
+  CHECK_STR(idem_state_name(IDEM_STATE_IN_DOUBT), "in_doubt");
+  CHECK_STR(idem_state_name(IDEM_STATE_DEDUPLICATED), "deduplicated");
+  CHECK_STR(idem_state_name(0), "?");
+  CHECK_STR(idem_resolution_name(IDEM_RESOLVED_NONE), "none");
+  CHECK_STR(idem_resolution_name(IDEM_RESOLVED_EXECUTED), "executed");
+  CHECK_STR(idem_resolution_name(IDEM_RESOLVED_RECONCILED), "reconciled");
+  CHECK_STR(idem_resolution_name(IDEM_RESOLVED_LATE), "late");
+  CHECK_STR(idem_resolution_name(IDEM_RESOLVED_REPLAYED), "replayed");
+  CHECK_STR(idem_resolution_name(9), "?");
+  rec_init(&a, "s", "c", "f", 5);
+  a.r.result = (char *)"{}";
+  d = idem__record_dup(&a.r);
+  CHECK(d != NULL);
+  if (d) {
+    CHECK(d->session != a.r.session);
+    CHECK_STR(d->session, "s");
+    CHECK_STR(d->fence_key, "f");
+    CHECK_STR(d->result, "{}");
+    CHECK(d->error == NULL && d->duplicate_of == NULL);
+    CHECK_INT(d->created, 5);
+  }
+  idem_record_free(d);
+  idem_record_free(NULL);
+  CHECK(idem__record_dup(NULL) == NULL);
+}
+
+/* ---- URLs and failed stores ------------------------------------------------ */
+
+static void expect_open_fail(const char *url, int code, const char *needle) {
+  idem__store *st = NULL;
+  idem_record *r = NULL;
+  int what = 0;
+  CHECK_INT(idem__store_open(url, &st), code);
+  CHECK(st != NULL);
+  if (!st) return;
+  if (!strstr(st->vt->errmsg(st), needle)) {
+    fprintf(stderr, "  open %s: message \"%s\" lacks \"%s\"\n", url,
+            st->vt->errmsg(st), needle);
+    check_failed++;
+  } else {
+    check_passed++;
+  }
+  CHECK_INT(st->vt->get(st, "a", "b", &r), IDEM_MISUSE);
+  CHECK_INT(st->vt->begin(st, NULL, 0, &what, &r), IDEM_MISUSE);
+  CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_BUSY_TIMEOUT, 1), IDEM_MISUSE);
+  st->vt->close(st);
+}
+
+static void test_urls(void) {
+  char p[600], url[700];
+  idem__store *st;
+  expect_open_fail("postgres://u:secret@db/idem", IDEM_INVALID, "PostgreSQL");
+  expect_open_fail("postgresql://db/idem", IDEM_INVALID, "PostgreSQL");
+  expect_open_fail("mysql://db/idem", IDEM_INVALID, "mysql://db/idem");
+  expect_open_fail("mysql://root:pw@db:3306/idem", IDEM_INVALID,
+                   "mysql://***@db:3306/idem");
+  expect_open_fail("sqlite:", IDEM_INVALID, "sqlite:");
+  expect_open_fail("", IDEM_INVALID, "no attempt log");
+  expect_open_fail(NULL, IDEM_INVALID, "no attempt log");
+  CHECK_INT(idem__store_open("x", NULL), IDEM_MISUSE);
+  {
+    idem__store *pg = NULL;
+    idem__store_open("postgres://u:secret@db/idem", &pg);
+    if (pg) {
+      CHECK(strstr(pg->vt->errmsg(pg), "secret") == NULL);
+      pg->vt->close(pg);
+    }
+  }
+  /* a bare path and sqlite:PATH name the same file */
+  path_in(p, sizeof p, "url.db");
+  if ((st = open_ok(p)) != NULL) {
+    trec a;
+    rec_init(&a, "u", "c", NULL, 1);
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+    CHECK_STR(st->vt->scheme, "sqlite");
+    st->vt->close(st);
+  }
+  snprintf(url, sizeof url, "SQLite:%s", p);
+  if ((st = open_ok(url)) != NULL) {
+    idem_record *r = NULL;
+    CHECK_INT(st->vt->get(st, "u", "c", &r), IDEM_OK);
+    idem_record_free(r);
+    st->vt->close(st);
+  }
+  /* a relative path with a colon needs ./ */
+  expect_open_fail("odd:name.db", IDEM_INVALID, "odd:name.db");
+}
+
+/* ---- concurrency ------------------------------------------------------------ */
+
+typedef struct worker {
+  idem__store *st;
+  pthread_barrier_t *bar;
+  int id, n, inserted, found, errors;
+  const char *session;
+  int same; /* all workers begin the same actions */
+} worker;
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  trec t;
+  int i, what;
+  char call[32];
+  for (i = 0; i < w->n; i++) {
+    if (w->same) {
+      pthread_barrier_wait(w->bar);
+      snprintf(call, sizeof call, "same-%d", i);
+    } else {
+      snprintf(call, sizeof call, "t%d-%d", w->id, i);
+    }
+    rec_init(&t, w->session, call, NULL, 1700000000000LL + i);
+    what = 0;
+    if (w->st->vt->begin(w->st, &t.r, 0, &what, NULL) != IDEM_OK)
+      w->errors++;
+    else if (what == IDEM__BEGIN_INSERTED)
+      w->inserted++;
+    else if (what == IDEM__BEGIN_FOUND)
+      w->found++;
+    else
+      w->errors++;
+  }
+  return NULL;
+}
+
+static int count_session(idem__store *st, const char *session) {
+  idem__filter f;
+  collect c;
+  memset(&f, 0, sizeof f);
+  memset(&c, 0, sizeof c);
+  f.session = session;
+  CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
+  return c.n;
+}
+
+static void test_threads(void) {
+  enum { T = 32, N = 200 };
+  static worker w[T];
+  pthread_t th[T];
+  pthread_barrier_t bar;
+  char p[600];
+  idem__store *st;
+  long long batches, requests, syncs0, syncs;
+  int i, inserted = 0, found = 0, errors = 0;
+  double t0, t1;
+  path_in(p, sizeof p, "threads.db");
+  CHECK_INT(idem__sqlite_config(NULL, IDEM__SQLITE_FAULT_VFS, 1), IDEM_OK);
+  st = open_ok(p);
+  CHECK_INT(idem__sqlite_config(NULL, IDEM__SQLITE_FAULT_VFS, 0), IDEM_OK);
+  if (!st) return;
+  batches = idem__sqlite_count(st, IDEM__SQLITE_COUNT_BATCHES);
+  requests = idem__sqlite_count(st, IDEM__SQLITE_COUNT_REQUESTS);
+  syncs0 = idem__sqlite_count(st, IDEM__SQLITE_COUNT_SYNCS);
+  t0 = mono_us();
+  for (i = 0; i < T; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].st = st;
+    w[i].id = i;
+    w[i].n = N;
+    w[i].session = "threads";
+    pthread_create(&th[i], NULL, worker_main, &w[i]);
+  }
+  for (i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    inserted += w[i].inserted;
+    errors += w[i].errors;
+  }
+  t1 = mono_us();
+  batches = idem__sqlite_count(st, IDEM__SQLITE_COUNT_BATCHES) - batches;
+  requests = idem__sqlite_count(st, IDEM__SQLITE_COUNT_REQUESTS) - requests;
+  syncs = idem__sqlite_count(st, IDEM__SQLITE_COUNT_SYNCS) - syncs0;
+  printf("  %d threads x %d begins: %.0f ms, %lld batches, %lld syncs "
+         "(%.1f begins per batch)\n",
+         T, N, (t1 - t0) / 1000, batches, syncs,
+         batches ? (double)requests / (double)batches : 0.0);
+  CHECK_INT(inserted, T * N);
+  CHECK_INT(errors, 0);
+  CHECK_INT(requests, T * N);
+  /* group commit groups */
+  CHECK(batches > 0 && batches < T * N / 2);
+  CHECK(syncs > 0 && syncs < T * N / 2);
+  st->vt->close(st);
+  /* all durable: a new handle sees every one */
+  if ((st = open_ok(p)) != NULL) {
+    long long counts[8];
+    CHECK_INT(st->vt->stats(st, counts), IDEM_OK);
+    CHECK_INT(counts[IDEM_STATE_PENDING], T * N);
+    CHECK_INT(count_session(st, "threads"), T * N);
+    st->vt->close(st);
+  }
+
+  /* 8 threads racing the same action: one inserts, the others find it */
+  path_in(p, sizeof p, "race.db");
+  if (!(st = open_ok(p))) return;
+  pthread_barrier_init(&bar, NULL, 8);
+  for (i = 0; i < 8; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].st = st;
+    w[i].bar = &bar;
+    w[i].id = i;
+    w[i].n = 50;
+    w[i].same = 1;
+    w[i].session = "race";
+    pthread_create(&th[i], NULL, worker_main, &w[i]);
+  }
+  inserted = found = errors = 0;
+  for (i = 0; i < 8; i++) {
+    pthread_join(th[i], NULL);
+    inserted += w[i].inserted;
+    found += w[i].found;
+    errors += w[i].errors;
+  }
+  pthread_barrier_destroy(&bar);
+  CHECK_INT(inserted, 50);
+  CHECK_INT(found, 7 * 50);
+  CHECK_INT(errors, 0);
+  CHECK_INT(count_session(st, "race"), 50);
+  st->vt->close(st);
+}
+
+/* Messages are per thread: one thread's failure is not another's. */
+typedef struct msg_arg {
+  idem__store *st;
+  int ok;
+} msg_arg;
+
+static void *msg_thread(void *arg) {
+  msg_arg *m = arg;
+  idem_record *r = NULL;
+  m->ok = m->st->vt->get(m->st, "m", "absent", &r) == IDEM_NOTFOUND &&
+          strstr(m->st->vt->errmsg(m->st), "absent") != NULL;
+  return NULL;
+}
+
+static void test_messages(void) {
+  char p[600];
+  idem__store *st;
+  pthread_t th;
+  msg_arg m;
+  long long counts[8];
+  path_in(p, sizeof p, "threads.db");
+  if (!(st = open_ok(p))) return;
+  CHECK_INT(st->vt->stats(st, counts), IDEM_OK);
+  CHECK_STR(st->vt->errmsg(st), "");
+  m.st = st;
+  m.ok = 0;
+  pthread_create(&th, NULL, msg_thread, &m);
+  pthread_join(th, NULL);
+  CHECK(m.ok);
+  CHECK_STR(st->vt->errmsg(st), ""); /* this thread's last call succeeded */
+  st->vt->close(st);
+}
+
+/* ---- processes ----------------------------------------------------------- */
+
+static void write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t k = write(fd, c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) _exit(3);
+    c += k;
+    n -= (size_t)k;
+  }
+}
+
+/* Read ints from fd until EOF into counts[] (per index). */
+static int read_reports(int fd, int *counts, int n, int *seen, int max_seen) {
+  int v, nseen = 0;
+  ssize_t k;
+  size_t got = 0;
+  char *p = (char *)&v;
+  for (;;) {
+    k = read(fd, p + got, sizeof v - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+    if (got < sizeof v) continue;
+    got = 0;
+    if (v >= 0 && v < n && counts) counts[v]++;
+    if (seen && nseen < max_seen) seen[nseen] = v;
+    nseen++;
+  }
+  return nseen;
+}
+
+static void test_processes(void) {
+  enum { P = 4, A = 100 };
+  char p[600];
+  int fds[2], counts[A], i, status, ok = 1, total = 0;
+  pid_t pids[P];
+  idem__store *st;
+  path_in(p, sizeof p, "procs.db");
+  CHECK_INT(pipe(fds), 0);
+  for (i = 0; i < P; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      /* the child: its own store, the same 100 actions in its own order */
+      idem__store *cs = NULL;
+      int order[A], j, k, tmp, what;
+      trec t;
+      close(fds[0]);
+      g_rand += (unsigned long long)getpid() * 7919u;
+      for (j = 0; j < A; j++) order[j] = j;
+      for (j = A - 1; j > 0; j--) {
+        k = (int)rnd((unsigned)j + 1);
+        tmp = order[j], order[j] = order[k], order[k] = tmp;
+      }
+      if (idem__store_open(p, &cs) != IDEM_OK) {
+        fprintf(stderr, "  child: open: %s\n", cs ? cs->vt->errmsg(cs) : "?");
+        _exit(2);
+      }
+      for (j = 0; j < A; j++) {
+        char call[16];
+        snprintf(call, sizeof call, "a%d", order[j]);
+        rec_init(&t, "procs", call, NULL, 1700000000000LL);
+        if (cs->vt->begin(cs, &t.r, 0, &what, NULL) != IDEM_OK) {
+          fprintf(stderr, "  child: begin: %s\n", cs->vt->errmsg(cs));
+          _exit(4);
+        }
+        if (what == IDEM__BEGIN_INSERTED)
+          write_all(fds[1], &order[j], sizeof order[j]);
+        else if (what != IDEM__BEGIN_FOUND)
+          _exit(5);
+      }
+      cs->vt->close(cs);
+      _exit(0);
+    }
+  }
+  close(fds[1]);
+  memset(counts, 0, sizeof counts);
+  total = read_reports(fds[0], counts, A, NULL, 0);
+  close(fds[0]);
+  for (i = 0; i < P; i++) {
+    CHECK(waitpid(pids[i], &status, 0) == pids[i]);
+    CHECK(WIFEXITED(status));
+    CHECK_INT(WEXITSTATUS(status), 0);
+  }
+  CHECK_INT(total, A);
+  for (i = 0; i < A; i++)
+    if (counts[i] != 1) ok = 0;
+  CHECK(ok);
+  if ((st = open_ok(p)) != NULL) {
+    CHECK_INT(count_session(st, "procs"), A);
+    st->vt->close(st);
+  }
+}
+
+/* SIGKILL a child that begins in a loop; every key it reported is there. */
+static void test_kill9(void) {
+  enum { ROUNDS = 20, MAXK = 100000 };
+  static int seen[MAXK];
+  char p[600];
+  int r, i, fds[2], status, nseen, missing, first;
+  long long total_reported = 0;
+  idem__store *st;
+  path_in(p, sizeof p, "kill9.db");
+  for (r = 0; r < ROUNDS; r++) {
+    pid_t pid;
+    CHECK_INT(pipe(fds), 0);
+    pid = fork();
+    if (pid == 0) {
+      idem__store *cs = NULL;
+      trec t;
+      int what;
+      close(fds[0]);
+      if (idem__store_open(p, &cs) != IDEM_OK) _exit(2);
+      for (i = 0;; i++) {
+        char call[32];
+        snprintf(call, sizeof call, "r%d-%d", r, i);
+        rec_init(&t, "kill9", call, NULL, 1700000000000LL + i);
+        if (cs->vt->begin(cs, &t.r, 0, &what, NULL) != IDEM_OK) _exit(4);
+        if (what != IDEM__BEGIN_INSERTED) _exit(5);
+        write_all(fds[1], &i, sizeof i); /* only after begin returned */
+      }
+    }
+    close(fds[1]);
+    /* let it get going, then kill it at a random moment */
+    first = 0;
+    while (read(fds[0], &first, sizeof first) < 0 && errno == EINTR) {
+    }
+    sleep_us((long)rnd(60000));
+    kill(pid, SIGKILL);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    nseen = read_reports(fds[0], NULL, 0, seen, MAXK);
+    close(fds[0]);
+    if (nseen > MAXK) nseen = MAXK;
+    total_reported += nseen + 1;
+    if (!(st = open_ok(p))) return;
+    missing = 0;
+    for (i = -1; i < nseen; i++) {
+      char call[32];
+      idem_record *rec = NULL;
+      snprintf(call, sizeof call, "r%d-%d", r, i < 0 ? first : seen[i]);
+      if (st->vt->get(st, "kill9", call, &rec) != IDEM_OK) missing++;
+      idem_record_free(rec);
+    }
+    CHECK_INT(missing, 0);
+    /* at most the one begin in flight at the kill is there unreported */
+    {
+      collect c;
+      idem__filter f = {"kill9", 0, 0};
+      memset(&c, 0, sizeof c);
+      CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
+      CHECK(c.n >= (int)total_reported && c.n <= (int)total_reported + r + 1);
+    }
+    st->vt->close(st);
+  }
+  printf("  kill -9: %d rounds, %lld reported records, none lost\n", ROUNDS,
+         total_reported);
+}
+
+/*
+** A store used in a forked child refuses (MISUSE) and close() abandons it.
+** The child allocates nothing: after fork() in a threaded process only
+** async-signal-safe calls are sure to work (ASan's allocator, for one, may
+** be locked by a thread that no longer exists).  A child that opens its
+** own store is test_processes' (forked before any store was open).
+*/
+static void test_fork_misuse(void) {
+  char p[600];
+  idem__store *st;
+  int status;
+  pid_t pid;
+  path_in(p, sizeof p, "fork.db");
+  if (!(st = open_ok(p))) return;
+  {
+    trec a;
+    rec_init(&a, "f", "before", NULL, 1); /* the store's threads are up */
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  }
+  pid = fork();
+  if (pid == 0) {
+    idem_record *r = NULL;
+    int rc = st->vt->get(st, "f", "before", &r);
+    if (rc != IDEM_MISUSE || r || !strstr(st->vt->errmsg(st), "fork")) _exit(1);
+    st->vt->close(st); /* abandons it, touching nothing */
+    _exit(0);
+  }
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK_INT(WEXITSTATUS(status), 0);
+  {
+    trec a;
+    rec_init(&a, "f", "after", NULL, 1);
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED); /* the parent's is fine */
+  }
+  st->vt->close(st);
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static void sql_exec(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  char *err = NULL;
+  CHECK_INT(sqlite3_open(path, &db), SQLITE_OK);
+  CHECK_INT(sqlite3_exec(db, sql, NULL, NULL, &err), SQLITE_OK);
+  if (err) fprintf(stderr, "  %s: %s\n", sql, err);
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+static void test_bad_files(void) {
+  char p[600], buf[8192];
+  idem__store *st;
+  FILE *f;
+  size_t i;
+  /* random bytes */
+  path_in(p, sizeof p, "random.db");
+  for (i = 0; i < sizeof buf; i++) buf[i] = (char)rnd(256);
+  f = fopen(p, "wb");
+  CHECK(f != NULL);
+  if (f) {
+    fwrite(buf, 1, sizeof buf, f);
+    fclose(f);
+  }
+  expect_open_fail(p, IDEM_CORRUPT, "random.db");
+  expect_open_fail(p, IDEM_CORRUPT, "not an idem attempt log");
+  /* another application's database */
+  path_in(p, sizeof p, "other.db");
+  sql_exec(p, "CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT)");
+  expect_open_fail(p, IDEM_CORRUPT, "another application");
+  path_in(p, sizeof p, "other-id.db");
+  sql_exec(p, "PRAGMA application_id = 1234");
+  expect_open_fail(p, IDEM_CORRUPT, "another application");
+  path_in(p, sizeof p, "other-version.db");
+  sql_exec(p, "PRAGMA user_version = 1");
+  expect_open_fail(p, IDEM_CORRUPT, "not an idem attempt log");
+  /* a newer idem's log */
+  path_in(p, sizeof p, "newer.db");
+  if ((st = open_ok(p)) != NULL) st->vt->close(st);
+  sql_exec(p, "PRAGMA user_version = 99");
+  expect_open_fail(p, IDEM_CORRUPT, "newer idem");
+  /* the foreign file was left alone, not even switched to WAL */
+  {
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    path_in(p, sizeof p, "other.db");
+    CHECK_INT(sqlite3_open(p, &db), SQLITE_OK);
+    CHECK_INT(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &q, NULL),
+              SQLITE_OK);
+    CHECK_INT(sqlite3_step(q), SQLITE_ROW);
+    CHECK_STR((const char *)sqlite3_column_text(q, 0), "delete");
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+  }
+  /* a directory, an in-memory name */
+  expect_open_fail(g_dir, IDEM_STORE, "not a regular file");
+  expect_open_fail(":memory:", IDEM_INVALID, "in-memory");
+}
+
+static void test_locked(void) {
+  char p[600];
+  idem__store *st;
+  sqlite3 *db = NULL;
+  idem_record *r = NULL;
+  trec a;
+  int what = 0, rc;
+  double t0, ms;
+  path_in(p, sizeof p, "locked.db");
+  if (!(st = open_ok(p))) return;
+  CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_BUSY_TIMEOUT, 100), IDEM_OK);
+  CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_BUSY_TIMEOUT, -1), IDEM_RANGE);
+  CHECK_INT(idem__sqlite_config(st, 99, 1), IDEM_INVALID);
+  CHECK_INT(sqlite3_open(p, &db), SQLITE_OK);
+  CHECK_INT(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+  rec_init(&a, "lk", "c1", NULL, 1);
+  t0 = mono_us();
+  rc = st->vt->begin(st, &a.r, 0, &what, NULL);
+  ms = (mono_us() - t0) / 1000;
+  CHECK_INT(rc, IDEM_BUSY);
+  CHECK_INT(what, 0);
+  CHECK(ms >= 90 && ms < 3000);
+  CHECK(strstr(st->vt->errmsg(st), "locked") != NULL);
+  CHECK(strstr(st->vt->errmsg(st), "locked.db") != NULL);
+  printf("  locked log: begin gave up after %.0f ms: %s\n", ms,
+         st->vt->errmsg(st));
+  CHECK_INT(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  CHECK_INT(st->vt->get(st, "lk", "c1", &r), IDEM_NOTFOUND);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  st->vt->close(st);
+}
+
+static void test_unwritable(void) {
+  char p[600], q[700];
+  FILE *f;
+  path_in(p, sizeof p, "plainfile");
+  f = fopen(p, "w");
+  if (f) fclose(f);
+  /* a parent that is a regular file */
+  snprintf(q, sizeof q, "%s/sub/attempts.db", p);
+  expect_open_fail(q, IDEM_STORE, "Not a directory");
+  if (geteuid() == 0) {
+    printf("  running as root: permission cases skipped (root writes "
+           "anyway); the fault VFS covers failing writes\n");
+    return;
+  }
+  /* a read-only file */
+  path_in(p, sizeof p, "readonly.db");
+  {
+    idem__store *st = open_ok(p);
+    if (st) st->vt->close(st);
+  }
+  chmod(p, 0400);
+  expect_open_fail(p, IDEM_STORE, "readonly.db");
+  chmod(p, 0600);
+  /* a directory we may not write in */
+  path_in(p, sizeof p, "closed");
+  mkdir(p, 0500);
+  snprintf(q, sizeof q, "%s/attempts.db", p);
+  expect_open_fail(q, IDEM_STORE, "Permission denied");
+  chmod(p, 0700);
+}
+
+typedef struct fault_arg {
+  idem__store *st;
+  pthread_barrier_t *bar;
+  int id, rc;
+} fault_arg;
+
+static void *fault_thread(void *arg) {
+  fault_arg *a = arg;
+  trec t;
+  int what;
+  char call[16];
+  snprintf(call, sizeof call, "t%d", a->id);
+  rec_init(&t, "fault-many", call, NULL, 1);
+  pthread_barrier_wait(a->bar);
+  a->rc = a->st->vt->begin(a->st, &t.r, 0, &what, NULL);
+  return NULL;
+}
+
+static void test_faults(void) {
+  char p[600];
+  idem__store *st;
+  idem_record *r = NULL;
+  trec a, b;
+  int what = 0, rc, i, failed = 0, lost = 0, ghost = 0;
+  path_in(p, sizeof p, "fault.db");
+  CHECK_INT(idem__sqlite_config(NULL, IDEM__SQLITE_FAULT_VFS, 1), IDEM_OK);
+  st = open_ok(p);
+  CHECK_INT(idem__sqlite_config(NULL, IDEM__SQLITE_FAULT_VFS, 0), IDEM_OK);
+  if (!st) return;
+  rec_init(&a, "fault", "c1", NULL, 1);
+  rec_init(&b, "fault", "c2", NULL, 1);
+  /* a failing sync fails begin, and the record is not there */
+  CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_FAIL_SYNC, 1), IDEM_OK);
+  rc = st->vt->begin(st, &a.r, 0, &what, NULL);
+  CHECK_INT(rc, IDEM_STORE);
+  CHECK(what != IDEM__BEGIN_INSERTED);
+  CHECK(strstr(st->vt->errmsg(st), "fault.db") != NULL);
+  CHECK(strstr(st->vt->errmsg(st), "I/O") != NULL);
+  printf("  failed sync: %s\n", st->vt->errmsg(st));
+  CHECK_INT(st->vt->get(st, "fault", "c1", &r), IDEM_NOTFOUND);
+  /* the store recovers */
+  BEGIN_EXPECT(st, &b, 0, IDEM__BEGIN_INSERTED);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  /* a failing write likewise */
+  rec_init(&a, "fault", "c3", NULL, 1);
+  CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_FAIL_WRITE, 1), IDEM_OK);
+  rc = st->vt->begin(st, &a.r, 0, &what, NULL);
+  CHECK(rc == IDEM_STORE);
+  CHECK_INT(st->vt->get(st, "fault", "c3", &r), IDEM_NOTFOUND);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  /* a failed sync under load: no success is lost, no failure is there */
+  {
+    enum { T = 16 };
+    pthread_t th[T];
+    fault_arg fa[T];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, T);
+    CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_FAIL_SYNC, 1), IDEM_OK);
+    for (i = 0; i < T; i++) {
+      fa[i].st = st;
+      fa[i].bar = &bar;
+      fa[i].id = i;
+      fa[i].rc = -1;
+      pthread_create(&th[i], NULL, fault_thread, &fa[i]);
+    }
+    for (i = 0; i < T; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+    for (i = 0; i < T; i++) {
+      char call[16];
+      snprintf(call, sizeof call, "t%d", i);
+      rc = st->vt->get(st, "fault-many", call, &r);
+      if (fa[i].rc != IDEM_OK) failed++;
+      if (fa[i].rc == IDEM_OK && rc != IDEM_OK) lost++;
+      if (fa[i].rc != IDEM_OK && rc != IDEM_NOTFOUND) ghost++;
+      idem_record_free(r);
+      r = NULL;
+    }
+    CHECK(failed >= 1);
+    CHECK_INT(lost, 0);
+    CHECK_INT(ghost, 0);
+  }
+  CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_FAIL_SYNC, 0), IDEM_OK);
+  CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_FAIL_WRITE, 0), IDEM_OK);
+  st->vt->close(st);
+}
+
+static void test_mode(void) {
+  char p[700], dir[600];
+  struct stat sb;
+  idem__store *st;
+  mode_t old = umask(022);
+  snprintf(dir, sizeof dir, "%s/state/idem", g_dir);
+  snprintf(p, sizeof p, "%s/attempts.db", dir);
+  if ((st = open_ok(p)) != NULL) {
+    trec a;
+    rec_init(&a, "m", "c", NULL, 1);
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+    CHECK_INT(stat(p, &sb), 0);
+    CHECK_INT(sb.st_mode & 0777, 0600);
+    snprintf(p, sizeof p, "%s/attempts.db-wal", dir);
+    CHECK_INT(stat(p, &sb), 0);
+    CHECK_INT(sb.st_mode & 0777, 0600);
+    CHECK_INT(stat(dir, &sb), 0);
+    CHECK_INT(sb.st_mode & 0777, 0700);
+    snprintf(p, sizeof p, "%s/state", g_dir);
+    CHECK_INT(stat(p, &sb), 0);
+    CHECK_INT(sb.st_mode & 0777, 0700);
+    st->vt->close(st);
+  }
+  umask(old);
+}
+
+/* The get path is fast (SPEC §12: a replay answers in under 20 us). */
+static void test_get_speed(void) {
+  char p[600];
+  idem__store *st;
+  idem_record *r;
+  double t0, us;
+  int i, n = 20000, ok = 1;
+  path_in(p, sizeof p, "threads.db");
+  if (!(st = open_ok(p))) return;
+  t0 = mono_us();
+  for (i = 0; i < n; i++) {
+    char call[32];
+    snprintf(call, sizeof call, "t%d-%d", i % 32, i % 200);
+    r = NULL;
+    if (st->vt->get(st, "threads", call, &r) != IDEM_OK) ok = 0;
+    idem_record_free(r);
+  }
+  us = (mono_us() - t0) / n;
+  CHECK(ok);
+  printf("  get: %.2f us per call\n", us);
+  st->vt->close(st);
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static int rm_one(const char *p, const struct stat *sb, int flag,
+                  struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+int main(int argc, char **argv) {
+  const char *base = argc > 1 ? argv[1] : getenv("TMPDIR");
+  char url[700];
+  if (!base || !*base) base = "/tmp";
+  snprintf(g_dir, sizeof g_dir, "%s/idem-store-XXXXXX", base);
+  if (!mkdtemp(g_dir)) {
+    perror(g_dir);
+    return 1;
+  }
+  g_rand ^= (unsigned long long)time(NULL) * 2654435761u ^
+            (unsigned long long)getpid();
+  printf("test_store in %s\n", g_dir);
+
+  test_records();
+  snprintf(url, sizeof url, "sqlite:%s/conformance.db", g_dir);
+  conformance(url);
+  test_urls();
+  test_bad_files();
+  test_mode();
+  test_locked();
+  test_unwritable();
+  test_faults();
+  test_threads();
+  test_messages();
+  test_get_speed();
+  test_fork_misuse();
+  test_processes();
+  test_kill9();
+
+  if (check_failed == 0) nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  return check_done();
+}
