@@ -88,13 +88,26 @@ const cli_verb cli_verbs[] = {
      "\n"
      "Every field of the record of one action.  Exits 1 when there is none.\n"},
     {"recover", cmd_recover, "reconcile every action in doubt",
-     "usage: idem recover [--log URL] [--policy FILE] [--status CMD] [--json]\n"
+     "usage: idem recover [--log URL] [--policy FILE] [--status CMD] "
+     "[--batch]\n"
+     "                    [--workers N] [--json]\n"
      "\n"
      "For every record in doubt (or pending under a dead owner or an expired\n"
-     "lease) whose tool has a status check (the policy's status command, or\n"
-     "--status CMD for all), run the check and settle the record: applied\n"
-     "-> succeeded, not applied -> not_applied (the next call retries with\n"
-     "the same key).  Never runs the tool itself.\n"},
+     "lease), run its status check - the policy's status command, or\n"
+     "--status CMD for every tool - and settle the record: applied ->\n"
+     "succeeded, not applied -> not_applied (the next call retries with the\n"
+     "same key); a record without a check stays in doubt.  Never runs a tool.\n"
+     "\n"
+     "  --status CMD  sh -c CMD with IDEM_KEY in its environment and the\n"
+     "                arguments on stdin: 0 applied (stdout the result), 100\n"
+     "                not applied, anything else unknown\n"
+     "  --batch       start CMD once per worker instead; it reads one request\n"
+     "                per line, "
+     "{\"session\",\"call_id\",\"tool\",\"key\",\"args\"},\n"
+     "                and answers one line: applied [RESULT-JSON], "
+     "not_applied\n"
+     "                or unknown (for large backlogs)\n"
+     "  --workers N   records settled at once (default 8)\n"},
     {"gc", cmd_gc, "delete records past their retention",
      "usage: idem gc [--log URL] [--json]\n"
      "\n"

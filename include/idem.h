@@ -452,9 +452,11 @@ IDEM_API int idem_guard_call(idem_guard *g, const idem_call *call,
 
 /*
 ** Reconcile one recorded action (what `idem recover` does for each): when it
-** is in doubt (or pending under a dead owner or an expired lease) and its
-** tool has a status check, the step says CHECK; resolve it, and the record
-** becomes succeeded or not_applied - a recovery never executes the tool.
+** is in doubt (or pending under a dead owner or an expired lease), the step
+** takes the action over and says CHECK: run the policy's status check
+** (idem_step_check_command / idem_step_check_tool) or one of your own, and
+** resolve it - the record becomes succeeded or not_applied, or stays in
+** doubt when resolved UNKNOWN.  A recovery never executes the tool.
 ** Otherwise the step answers at once with what the record holds.
 ** IDEM_NOTFOUND when there is no such record.
 */

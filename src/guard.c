@@ -1311,7 +1311,6 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   return IDEM_OK;
 }
 
-
 int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
                     char **envelope, size_t *len) {
   idem_step *s = NULL;
@@ -1414,10 +1413,6 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
       rc = answer_outcome(s, r, 1);
     idem_record_free(r);
     return rc;
-  }
-  if (!has_check(s->rule)) {
-    idem_record_free(r);
-    return answer_unknown(s, NULL);
   }
   rc = take_over(s, r, IDEM_STATE_IN_DOUBT, 0, &now);
   idem_record_free(r);

@@ -149,5 +149,25 @@ mkdir -p "$T/dir.db"
 expect "directory as log exit" 1 "$?"
 expect "directory as log: no refund" 0 "$(applied)"
 
+# a log locked by another process past the busy timeout: a clear error and
+# no downstream call
+: > "$LEDGER"
+"$IDEM" exec --log "sqlite:$T/lock.db" --session s --call warm --tool refund_payment \
+  --args '{"order_id":"warm"}' -- "$TOOL" > /dev/null
+: > "$LEDGER"
+python3 -c 'import sqlite3,sys,time
+c=sqlite3.connect(sys.argv[1],isolation_level=None,timeout=1)
+c.execute("BEGIN EXCLUSIVE"); print("locked",flush=True); time.sleep(9)' "$T/lock.db" > "$T/locker.out" &
+locker=$!
+for _ in $(seq 50); do grep -q locked "$T/locker.out" 2>/dev/null && break; sleep 0.1; done
+err=$("$IDEM" exec --log "sqlite:$T/lock.db" --session s --call c --tool refund_payment \
+  --args "$ARGS" -- "$TOOL" 2>&1 >/dev/null)
+expect "locked log exit" 1 "$?"
+has "locked log message" "$err" "locked"
+has "locked log: not run" "$err" "not run"
+expect "locked log: no refund" 0 "$(applied)"
+kill "$locker" 2>/dev/null
+wait "$locker" 2>/dev/null
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
