@@ -319,7 +319,7 @@ int bench_guard(const char *dir, int quick) {
                       url,
                       (char *)"--batch",
                       (char *)"--status",
-                      (char *)"sed -u 's/.*/applied/'",
+                      (char *)"sed 's/.*/applied/'",
                       NULL};
       self[sl] = '\0';
       if (spawn_wait(argv, path, &rec_s) != 0) rec_s = -1;
@@ -334,7 +334,7 @@ int bench_guard(const char *dir, int quick) {
         fclose(rf);
       }
       printf("{\"bench\":\"recover\",\"records\":%d,\"settled\":%ld,"
-             "\"status\":\"sed -u (batch)\",\"seconds\":%.2f,"
+             "\"status\":\"sed (batch)\",\"seconds\":%.2f,"
              "\"target_s\":5}\n",
              nrec, settled, rec_s);
       if (settled != nrec) failed++;

@@ -313,7 +313,6 @@ static int check(idem_step *s, const idem_call *call, int *outcome,
   return 0;
 }
 
-
 static int exit_for(int answer) {
   switch (answer) {
   case IDEM_ANSWER_SUCCEEDED:

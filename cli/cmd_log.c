@@ -323,6 +323,10 @@ int cmd_gc(int argc, char **argv) {
 
 typedef struct doubt {
   char *session, *call_id;
+  char *tool, *key, *args; /* for --batch */
+  long long token;
+  int outcome;  /* --batch: the check's answer */
+  char *result; /* --batch: its result, or NULL */
 } doubt;
 
 typedef struct recover_job {
@@ -337,6 +341,12 @@ typedef struct recover_job {
   char err[512];
 } recover_job;
 
+static long long now_wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static int collect(const idem_record *r, void *arg) {
   struct {
     doubt *v;
@@ -349,9 +359,19 @@ static int collect(const idem_record *r, void *arg) {
     d->v = v;
     d->cap = cap;
   }
+  if (r->state == IDEM_STATE_PENDING && r->lease_until > now_wall() &&
+      idem__owner_alive(r->owner) != 0)
+    return 0; /* still at work: not in doubt */
+  memset(&d->v[d->n], 0, sizeof d->v[d->n]);
   d->v[d->n].session = strdup(r->session);
   d->v[d->n].call_id = strdup(r->call_id);
-  if (!d->v[d->n].session || !d->v[d->n].call_id) return 1;
+  d->v[d->n].tool = strdup(r->tool);
+  d->v[d->n].key = strdup(r->key);
+  d->v[d->n].args = strdup(r->args);
+  d->v[d->n].token = r->token;
+  if (!d->v[d->n].session || !d->v[d->n].call_id || !d->v[d->n].tool ||
+      !d->v[d->n].key || !d->v[d->n].args)
+    return 1;
   d->n++;
   return 0;
 }
@@ -477,6 +497,111 @@ static int check_batch(batch_proc *b, idem_step *s, const idem_record *r,
   return outcome;
 }
 
+/* ---- --batch: a stream of checks, then the settling on many threads ------ */
+
+typedef struct feed {
+  FILE *in;
+  doubt *v;
+  size_t n;
+} feed;
+
+/* Write every request to the status process (its own thread, so that the
+** answers can be read while requests are still going out). */
+static void *feed_main(void *arg) {
+  feed *f = arg;
+  idem__buf q;
+  size_t i, bad;
+  idem__buf_init(&q, (size_t)64 << 20);
+  for (i = 0; i < f->n; i++) {
+    const doubt *d = &f->v[i];
+    q.len = 0;
+    idem__buf_append(&q, "{\"session\":", 11);
+    idem__canon_string(&q, d->session, strlen(d->session), &bad);
+    idem__buf_append(&q, ",\"call_id\":", 11);
+    idem__canon_string(&q, d->call_id, strlen(d->call_id), &bad);
+    idem__buf_append(&q, ",\"tool\":", 8);
+    idem__canon_string(&q, d->tool, strlen(d->tool), &bad);
+    idem__buf_append(&q, ",\"key\":", 7);
+    idem__canon_string(&q, d->key, strlen(d->key), &bad);
+    idem__buf_append(&q, ",\"args\":", 8);
+    idem__buf_append(&q, d->args, strlen(d->args));
+    idem__buf_append(&q, "}\n", 2);
+    if (fwrite(q.p, 1, q.len, f->in) != q.len) break;
+  }
+  idem__buf_free(&q);
+  fclose(f->in); /* end of requests */
+  f->in = NULL;
+  return NULL;
+}
+
+static int recover_stream(recover_job *j) {
+  batch_proc b;
+  feed f;
+  pthread_t th;
+  char line[1 << 16];
+  size_t i, k;
+  if (batch_start(&b, j->status) != 0) {
+    cli_err("cannot start the status command: %s", strerror(errno));
+    return -1;
+  }
+  f.in = b.in;
+  f.v = j->v;
+  f.n = j->n;
+  b.in = NULL;
+  if (pthread_create(&th, NULL, feed_main, &f) != 0) {
+    fclose(f.in);
+    batch_stop(&b);
+    return -1;
+  }
+  for (i = 0; i < j->n; i++) {
+    doubt *d = &j->v[i];
+    d->outcome = IDEM_OUTCOME_UNKNOWN;
+    if (!fgets(line, sizeof line, b.out)) break; /* the check ended early */
+    line[strcspn(line, "\r\n")] = '\0';
+    if (strncmp(line, "applied", 7) == 0 && (!line[7] || line[7] == ' ')) {
+      d->outcome = IDEM_OUTCOME_APPLIED;
+      if (line[7] == ' ') d->result = strdup(line + 8);
+    } else if (strcmp(line, "not_applied") == 0)
+      d->outcome = IDEM_OUTCOME_NOT_APPLIED;
+  }
+  pthread_join(th, NULL);
+  batch_stop(&b);
+  /* settle in chunks, each in few transactions */
+  for (i = 0; i < j->n; i += 8192) {
+    size_t m = j->n - i < 8192 ? j->n - i : 8192;
+    idem_settlement *sv = calloc(m, sizeof *sv);
+    if (!sv) {
+      cli_err("out of memory");
+      return -1;
+    }
+    for (k = 0; k < m; k++) {
+      doubt *d = &j->v[i + k];
+      sv[k].session = d->session;
+      sv[k].call_id = d->call_id;
+      sv[k].token = d->token;
+      sv[k].outcome = d->outcome;
+      sv[k].result = d->result;
+      sv[k].result_len = d->result ? strlen(d->result) : 0;
+    }
+    if (idem_guard_settle_many(j->g, sv, m) != IDEM_OK) {
+      j->errors++;
+      snprintf(j->err, sizeof j->err, "%s", idem_guard_errmsg(j->g));
+    }
+    for (k = 0; k < m; k++) {
+      if (sv[k].rc == IDEM_STALE || sv[k].outcome == IDEM_OUTCOME_UNKNOWN)
+        j->unknown++; /* still open, or settled by someone else meanwhile */
+      else if (sv[k].rc)
+        j->errors++;
+      else if (sv[k].outcome == IDEM_OUTCOME_APPLIED)
+        j->applied++;
+      else
+        j->not_applied++;
+    }
+    free(sv);
+  }
+  return 0;
+}
+
 static void *recover_worker(void *arg) {
   recover_job *j = arg;
   batch_proc b = {0, NULL, NULL};
@@ -590,12 +715,16 @@ int cmd_recover(int argc, char **argv) {
     j.v = d.v;
     j.n = d.n;
     pthread_mutex_init(&j.mu, NULL);
-    if (workers > d.n) workers = d.n ? d.n : 1;
-    for (k = 1; k < (int)workers; k++)
-      if (pthread_create(&th[k], NULL, recover_worker, &j) != 0) break;
-    started = k;
-    recover_worker(&j);
-    for (k = 1; k < started; k++) pthread_join(th[k], NULL);
+    if (j.batch && j.status) {
+      if (recover_stream(&j) != 0) rc = EXIT_FAIL;
+    } else {
+      if (workers > d.n) workers = d.n ? d.n : 1;
+      for (k = 1; k < (int)workers; k++)
+        if (pthread_create(&th[k], NULL, recover_worker, &j) != 0) break;
+      started = k;
+      recover_worker(&j);
+      for (k = 1; k < started; k++) pthread_join(th[k], NULL);
+    }
     pthread_mutex_destroy(&j.mu);
     if (j.errors) {
       cli_err("%zu record%s could not be settled: %s", j.errors,
@@ -606,6 +735,10 @@ int cmd_recover(int argc, char **argv) {
   for (i = 0; i < d.n; i++) {
     free(d.v[i].session);
     free(d.v[i].call_id);
+    free(d.v[i].tool);
+    free(d.v[i].key);
+    free(d.v[i].args);
+    free(d.v[i].result);
   }
   free(d.v);
   idem_guard_close(j.g);

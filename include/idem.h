@@ -463,6 +463,34 @@ IDEM_API int idem_guard_call(idem_guard *g, const idem_call *call,
 IDEM_API int idem_guard_recover(idem_guard *g, const char *session,
                                 const char *call_id, idem_step **out);
 
+/*
+** Settle an action with the outcome of a status check made outside a step
+** (`idem recover --batch` checks a stream of records at once): a
+** compare-and-set on the token read from the log, so that an action in
+** doubt (or pending under that token) becomes succeeded (APPLIED, result
+** recorded) or not_applied (NOT_APPLIED), resolution "reconciled".
+** UNKNOWN changes nothing.  IDEM_STALE when the action changed meanwhile.
+*/
+IDEM_API int idem_guard_settle(idem_guard *g, const char *session,
+                               const char *call_id, long long token,
+                               int outcome, const char *result,
+                               size_t result_len);
+
+/* Many settlements at once, in as few transactions as the log allows; each
+** one's result lands in its rc (IDEM_OK, IDEM_STALE, ...).  Returns the
+** first failure of the log itself. */
+typedef struct idem_settlement {
+  const char *session, *call_id;
+  long long token;    /* as read from the log */
+  int outcome;        /* enum idem_outcome    */
+  const char *result; /* JSON text, or NULL   */
+  size_t result_len;
+  int rc; /* out                  */
+} idem_settlement;
+
+IDEM_API int idem_guard_settle_many(idem_guard *g, idem_settlement *v,
+                                    size_t n);
+
 /* The fencing token this step holds (for idem_guard_late). */
 IDEM_API long long idem_step_token(const idem_step *s);
 

@@ -833,33 +833,118 @@ int idem_step_next(const idem_step *s) {
 
 /* A result that came after we answered outcome_unknown: record it on the
 ** in_doubt record whoever holds it now (SPEC §6.6). */
-static int finish_late(idem_step *s, int outcome, const char *result,
-                       const char *error) {
+static char *result_json(idem_canon *c, const char *result, size_t len);
+
+static int settle(idem_guard *g, const char *session, const char *call_id,
+                  long long token, int outcome, const char *result,
+                  const char *error, int resolution, int strict) {
   idem__change ch;
   idem_record *now = NULL;
   int rc;
   if (outcome == IDEM_OUTCOME_UNKNOWN) return IDEM_OK;
-  change_init(s, &ch, NULL);
+  memset(&ch, 0, sizeof ch);
+  ch.session = session;
+  ch.call_id = call_id;
+  ch.delivered = -1;
   ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
-  ch.expect_token = s->token;
+  ch.expect_token = token;
   ch.state = outcome == IDEM_OUTCOME_APPLIED    ? IDEM_STATE_SUCCEEDED
              : outcome == IDEM_OUTCOME_REJECTED ? IDEM_STATE_FAILED
                                                 : IDEM_STATE_NOT_APPLIED;
   ch.result = result;
   ch.error = error;
-  ch.resolution = IDEM_RESOLVED_LATE;
-  rc = s->g->st->vt->change(s->g->st, &ch, &now);
-  if (rc == IDEM_STALE && now && now->state == IDEM_STATE_IN_DOUBT) {
+  ch.resolution = resolution;
+  rc = g->st->vt->change(g->st, &ch, strict ? NULL : &now);
+  if (!strict && rc == IDEM_STALE && now && now->state == IDEM_STATE_IN_DOUBT) {
+    /* a late result settles an in-doubt action whoever holds it now */
     idem_record_free(now);
     now = NULL;
     ch.from = BIT(IDEM_STATE_IN_DOUBT);
     ch.expect_token = -1;
-    rc = s->g->st->vt->change(s->g->st, &ch, &now);
+    rc = g->st->vt->change(g->st, &ch, &now);
   }
   idem_record_free(now);
+  if (rc == IDEM_STALE)
+    return strict ? gfail(rc, "the action changed meanwhile")
+                  : IDEM_OK; /* settled already */
+  return rc ? store_fail(g, rc) : IDEM_OK;
+}
+
+/* A result that came after we answered outcome_unknown: record it on the
+** in_doubt record whoever holds it now (SPEC §6.6). */
+static int finish_late(idem_step *s, int outcome, const char *result,
+                       const char *error) {
   s->late_ok = 0;
-  if (rc == IDEM_STALE) return IDEM_OK; /* settled already: nothing to add */
-  return rc ? store_fail(s->g, rc) : IDEM_OK;
+  return settle(s->g, s->session, s->call_id, s->token, outcome, result, error,
+                IDEM_RESOLVED_LATE, 0);
+}
+
+int idem_guard_settle_many(idem_guard *g, idem_settlement *v, size_t n) {
+  idem__change *chs;
+  char **res;
+  int *rcs, rc = IDEM_OK;
+  idem_canon *c = NULL;
+  size_t i;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || (n && !v)) return IDEM_MISUSE;
+  for (i = 0; i < n; i++)
+    if (!v[i].session || !v[i].call_id || v[i].outcome < IDEM_OUTCOME_APPLIED ||
+        v[i].outcome > IDEM_OUTCOME_UNKNOWN)
+      return IDEM_MISUSE;
+  chs = idem__malloc((n ? n : 1) * sizeof *chs);
+  res = idem__malloc((n ? n : 1) * sizeof *res);
+  rcs = idem__malloc((n ? n : 1) * sizeof *rcs);
+  if (!chs || !res || !rcs || idem_canon_open(&c) != IDEM_OK) {
+    rc = gfail(IDEM_NOMEM, "out of memory");
+    goto done;
+  }
+  for (i = 0; i < n; i++) {
+    int out = v[i].outcome == IDEM_OUTCOME_REJECTED ? IDEM_OUTCOME_NOT_APPLIED
+                                                    : v[i].outcome;
+    res[i] = v[i].result ? result_json(c, v[i].result, v[i].result_len) : NULL;
+    memset(&chs[i], 0, sizeof chs[i]);
+    chs[i].session = v[i].session;
+    chs[i].call_id = v[i].call_id;
+    chs[i].delivered = -1;
+    chs[i].from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
+    /* UNKNOWN changes nothing: a condition no record meets */
+    chs[i].from = out == IDEM_OUTCOME_UNKNOWN ? 0 : chs[i].from;
+    chs[i].expect_token = v[i].token;
+    chs[i].state = out == IDEM_OUTCOME_APPLIED ? IDEM_STATE_SUCCEEDED
+                                               : IDEM_STATE_NOT_APPLIED;
+    chs[i].result = res[i];
+    chs[i].resolution = IDEM_RESOLVED_RECONCILED;
+  }
+  if (g->st->vt->change_many)
+    rc = g->st->vt->change_many(g->st, chs, n, rcs);
+  else
+    for (i = 0; i < n; i++) {
+      rcs[i] =
+          chs[i].from ? g->st->vt->change(g->st, &chs[i], NULL) : IDEM_STALE;
+      if (rcs[i] && rcs[i] != IDEM_STALE && rc == IDEM_OK) rc = rcs[i];
+    }
+  for (i = 0; i < n; i++) {
+    v[i].rc = v[i].outcome == IDEM_OUTCOME_UNKNOWN ? IDEM_OK : rcs[i];
+    idem__free(res[i]);
+  }
+  if (rc) rc = store_fail(g, rc);
+done:
+  idem_canon_close(c);
+  idem__free(chs);
+  idem__free(res);
+  idem__free(rcs);
+  return rc;
+}
+
+int idem_guard_settle(idem_guard *g, const char *session, const char *call_id,
+                      long long token, int outcome, const char *result,
+                      size_t result_len) {
+  idem_settlement one = {session, call_id,    token, outcome,
+                         result,  result_len, 0};
+  int rc = idem_guard_settle_many(g, &one, 1);
+  if (rc) return rc;
+  if (one.rc == IDEM_STALE)
+    return gfail(IDEM_STALE, "the action changed meanwhile");
+  return one.rc ? store_fail(g, one.rc) : IDEM_OK;
 }
 
 /* A result as JSON for the record and the envelope: canonical when it is a

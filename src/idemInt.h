@@ -289,6 +289,11 @@ typedef struct idem__store_vt {
   ** IDEM_STALE and *now the record as it is; IDEM_NOTFOUND.  now may be
   ** NULL. */
   int (*change)(idem__store *st, const idem__change *ch, idem_record **now);
+  /* Apply n changes, each as change would, in as few transactions as the
+  ** store can: rcs[i] is each one's result (IDEM_OK / IDEM_STALE / ...).
+  ** Returns the first failure other than IDEM_STALE. */
+  int (*change_many)(idem__store *st, const idem__change *chs, size_t n,
+                     int *rcs);
   int (*list)(idem__store *st, const idem__filter *f, idem__record_cb cb,
               void *ctx);
   /* Delete terminal records whose expires < now; *n deleted. */

@@ -82,6 +82,33 @@ out=$("$IDEM" recover --policy "$T/policy.json" --json)
 has "recover not applied" "$out" '"not_applied":1'
 has "not_applied state" "$("$IDEM" show --json s3 c4)" '"state":"not_applied"'
 
+# --batch: one status process answers a stream of requests
+for c in b1 b2 b3; do
+  REFUND_MODE=stall STALL=3 "$IDEM" exec --session s5 --call "$c" --tool refund_payment \
+    --args "{\"order_id\":\"$c\"}" --timeout 200 -- "$TOOL" > /dev/null
+done
+cat > "$T/batch.sh" <<'B'
+#!/bin/sh
+# answers: the first request applied (with a result), the second not
+# applied, the third garbled
+n=0
+while IFS= read -r req; do
+  n=$((n + 1))
+  case $n in
+    1) echo 'applied {"refund_id":"re_b1"}' ;;
+    2) echo not_applied ;;
+    *) echo 'what?' ;;
+  esac
+done
+B
+chmod +x "$T/batch.sh"
+out=$("$IDEM" recover --batch --status "$T/batch.sh" --json)
+has "batch applied" "$out" '"applied":1'
+has "batch not applied" "$out" '"not_applied":1'
+has "batch unknown" "$out" '"unknown":1'
+expect "batch: one still in doubt" 1 "$("$IDEM" ls --json --session s5 --state in_doubt | grep -c .)"
+has "batch result recorded" "$("$IDEM" ls --json --session s5 --state succeeded)" 're_b1'
+
 # gc: settled records past their retention go; the in-doubt ones never do
 sleep 2.2 # the stalled provider calls end; their late results are recorded
 "$IDEM" exec --policy "$T/policy.json" --session s4 --call c5 --tool refund_payment \

@@ -1344,6 +1344,72 @@ static int submit(sq_store *s, wreq *r) {
   return r->rc;
 }
 
+/*
+** Queue n requests at once and wait for them all: the writer thread runs
+** them in batches of MAX_BATCH, so n changes cost about n / MAX_BATCH
+** commits (idem recover settling a backlog).  The message of the first
+** failure moves to this thread's errmsg.
+*/
+static int submit_many(sq_store *s, wreq *v, size_t n) {
+  size_t i, made = 0;
+  int rc = IDEM_OK;
+  for (i = 0; i < n; i++) {
+    v[i].rc = IDEM_OK;
+    v[i].what = 0;
+    v[i].out = NULL;
+    v[i].gc_n = 0;
+    v[i].msg[0] = '\0';
+    v[i].next = i + 1 < n ? &v[i + 1] : NULL;
+    if (sem_init(&v[i].done, 0, 0) != 0) break;
+    made++;
+  }
+  if (made < n) {
+    for (i = 0; i < made; i++) sem_destroy(&v[i].done);
+    return msg_set(s, IDEM_STORE, "%s: cannot make a semaphore", s->path);
+  }
+  if (n == 0) return IDEM_OK;
+  pthread_mutex_lock(&s->mu);
+  if (s->tail)
+    s->tail->next = &v[0];
+  else
+    s->head = &v[0];
+  s->tail = &v[n - 1];
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  for (i = 0; i < n; i++) {
+    while (sem_wait(&v[i].done) != 0 && errno == EINTR) {
+    }
+    sem_destroy(&v[i].done);
+    if (v[i].rc && rc == IDEM_OK && v[i].rc != IDEM_STALE) {
+      rc = v[i].rc;
+      if (v[i].msg[0]) msg_set(s, v[i].rc, "%s", v[i].msg);
+    }
+  }
+  return rc;
+}
+
+static int sq_change_many(idem__store *st, const idem__change *chs, size_t n,
+                          int *rcs) {
+  wreq *v;
+  size_t i;
+  int rc;
+  CHECK_STORE(s, st);
+  if (n && !chs) return IDEM_MISUSE;
+  if (n > SIZE_MAX / sizeof *v || !(v = idem__malloc(n * sizeof *v)))
+    return msg_set(s, IDEM_NOMEM, "%s: out of memory", s->path);
+  for (i = 0; i < n; i++) {
+    v[i].kind = REQ_CHANGE;
+    v[i].ch = &chs[i];
+  }
+  rc = submit_many(s, v, n);
+  for (i = 0; i < n; i++) {
+    if (rcs) rcs[i] = v[i].rc;
+    idem_record_free(v[i].out);
+  }
+  idem__free(v);
+  return rc;
+}
+
 /* ---- opening --------------------------------------------------------------- */
 
 /* Create the directories above path (mode 0700) that are missing. */
@@ -1937,6 +2003,7 @@ static const idem__store_vt sqlite_vt = {
     .insert = sq_insert,
     .get = sq_get,
     .change = sq_change,
+    .change_many = sq_change_many,
     .list = sq_list,
     .gc = sq_gc,
     .stats = sq_stats,
