@@ -31,15 +31,16 @@
 **                                   WITHOUT ROWID
 **   attempts_fence  (fence_key, created) WHERE fence_key IS NOT NULL
 **   attempts_live   (state, created) WHERE state IN (1, 5)
-**   attempts_expires(expires)
+**   (gc scans the table: it is rare, and an index on expires would cost
+**   every insert a page)
 **
 ** Columns hold exactly the fields of idem_record (times in ms since the
 ** epoch).  expires = 0 means "keep forever": gc never deletes such a record.
 ** The fence query walks attempts_fence newest first; idem recover's scans
 ** of pending and in-doubt records walk attempts_live, which holds only the
 ** live records (so finishing a call touches one small, hot index page, not
-** an index of every record); gc walks attempts_expires.  Other listings by
-** state scan the table.
+** an index of every record).  gc and other listings by state scan the
+** table.
 **
 ** THE STATE MACHINE (SPEC §5), as the store enforces it
 **
@@ -206,8 +207,7 @@ static const char *const migrations[] = {
     "CREATE INDEX attempts_fence ON attempts(fence_key, created)"
     " WHERE fence_key IS NOT NULL;"
     "CREATE INDEX attempts_live ON attempts(state, created)"
-    " WHERE state IN (1, 5);"
-    "CREATE INDEX attempts_expires ON attempts(expires);",
+    " WHERE state IN (1, 5);",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
