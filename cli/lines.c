@@ -226,12 +226,8 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
     }
     if (have == 0) break;
     /* complete lines: up to the last newline (all of it at the end) */
-    nl = NULL;
-    for (cut = have; cut > 0; cut--)
-      if (buf[cut - 1] == '\n') {
-        nl = buf + cut - 1;
-        break;
-      }
+    for (cut = have; cut > 0 && buf[cut - 1] != '\n'; cut--)
+      ;
     if (eof) cut = have;
     if (cut == 0) {
       /* a block without a newline: one line longer than any text may be */
@@ -257,7 +253,6 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
       }
       continue;
     }
-    (void)nl;
     base += process(buf, cut, sl, nstates, base, &rejected, &nomem);
     memmove(buf, buf + cut, have - cut);
     have -= cut;
