@@ -354,6 +354,24 @@ static int take_over(idem_step *s, const idem_record *r, int state, int durable,
   return s->g->st->vt->change(s->g->st, &ch, now);
 }
 
+/* Take r over (r is consumed): the record as it is now, ours; or NULL, and
+** *rc is what the step ends with - a fresh decision after a lost race, or a
+** failure of the log. */
+static idem_record *seize(idem_step *s, idem_record *r, int state, int durable,
+                          int *rc) {
+  idem_record *now = NULL;
+  *rc = take_over(s, r, state, durable, &now);
+  idem_record_free(r);
+  if (*rc == IDEM_OK) return now;
+  if (*rc == IDEM_STALE)
+    *rc = lost_race(s, now);
+  else {
+    idem_record_free(now);
+    *rc = store_fail(s->g, *rc);
+  }
+  return NULL;
+}
+
 /* ---- status-check arguments ------------------------------------------------ */
 
 /* The canonical value of top-level argument name in s->args, into *v (a
@@ -502,25 +520,13 @@ static int decide_existing(idem_step *s, idem_record *r) {
     /* the owner is gone or its lease ran out */
     IDEM__FALLTHROUGH;
   case IDEM_STATE_IN_DOUBT:
-    rc = take_over(s, r, IDEM_STATE_IN_DOUBT, 0, &now);
-    idem_record_free(r);
-    if (rc == IDEM_STALE) return lost_race(s, now);
-    if (rc) {
-      idem_record_free(now);
-      return store_fail(s->g, rc);
-    }
+    if (!(now = seize(s, r, IDEM_STATE_IN_DOUBT, 0, &rc))) return rc;
     s->token = now->token;
     rc = reconcile_own(s, now);
     idem_record_free(now);
     return rc;
   case IDEM_STATE_NOT_APPLIED:
-    rc = take_over(s, r, IDEM_STATE_PENDING, 1, &now);
-    idem_record_free(r);
-    if (rc == IDEM_STALE) return lost_race(s, now);
-    if (rc) {
-      idem_record_free(now);
-      return store_fail(s->g, rc);
-    }
+    if (!(now = seize(s, r, IDEM_STATE_PENDING, 1, &rc))) return rc;
     s->token = now->token;
     s->attempt = now->attempts + 1;
     idem_record_free(now);
@@ -584,13 +590,7 @@ static int decide_fenced(idem_step *s, idem_record *e) {
     }
     IDEM__FALLTHROUGH;
   default: /* IDEM_STATE_IN_DOUBT */
-    rc = take_over(s, e, IDEM_STATE_IN_DOUBT, 0, &now);
-    idem_record_free(e);
-    if (rc == IDEM_STALE) return lost_race(s, now);
-    if (rc) {
-      idem_record_free(now);
-      return store_fail(s->g, rc);
-    }
+    if (!(now = seize(s, e, IDEM_STATE_IN_DOUBT, 0, &rc))) return rc;
     idem_record_free(s->earlier);
     s->earlier = now;
     if (!has_check(s->rule)) return answer_unknown(s, now->call_id);
