@@ -41,5 +41,50 @@ show "$idem" key --session sess_1 --call toolu_8 --tool refund_payment '{"order_
 step "6. RFC 8785 canonical JSON, the form the fingerprint is taken of."
 printf '%s\n' '{"b":[1E3,0.1e-6,"\u00e9\u0041"],"a":-0.0}' '{"a":1,"a":2}' | "$idem" canon --lines 2>&1 | sed 's/^/    /'
 
+# ---- the guard on the embedded store ----------------------------------------
+here=$(cd "$(dirname "$0")/.." && pwd)
+tool=$here/tests/tools/refund.sh
+check=$here/tests/tools/refund_status.sh
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export LEDGER=$tmp/ledger IDEM_LOG=sqlite:$tmp/attempts.db
+: > "$LEDGER"
+refunds() { n=$(grep -c . "$LEDGER" 2>/dev/null); echo "${n:-0}"; }
+expect_refunds() {
+  if [ "$(refunds)" = "$1" ]; then printf '  %sthe provider has applied %s refund(s)%s\n' "$G" "$1" "$N";
+  else printf '  %sthe provider has applied %s refunds, expected %s%s\n' "$R" "$(refunds)" "$1" "$N"; fail=1; fi
+}
+exec_refund() { # CALL [extra args]
+  c=$1; shift
+  "$idem" exec --session sess_1 --call "$c" --tool refund_payment \
+    --args '{"order_id":"ord_1","amount_cents":6000}' "$@" -- "$tool" 2>/dev/null | sed 's/^/    /'
+}
+
+step "7. Through the guard: the refund times out after the provider applied it (it stalls 2 s, the deadline is 0.5 s); the status check settles it."
+REFUND_MODE=stall STALL=2 exec_refund toolu_20 --timeout 500 --status "$check"
+expect_refunds 1
+
+step "8. The transport retries the same call: the recorded outcome is replayed, nothing is sent."
+exec_refund toolu_20
+expect_refunds 1
+
+step "9. A timeout with no status check: outcome unknown, and the model's re-issue (new call id) is fenced."
+REFUND_MODE=stall STALL=1 exec_refund toolu_30 --timeout 300
+exec_refund toolu_31 --timeout 300
+expect_refunds 2
+sleep 1.2
+printf '  (the late result arrives and is recorded)\n'
+exec_refund toolu_32
+expect_refunds 2
+
+step "10. The harness crashes right after the provider answered; on resume the call is reconciled, not repeated."
+IDEM_CRASH_AT=after_downstream_return exec_refund toolu_40 --status "$check"
+printf '  (killed)\n'
+exec_refund toolu_40 --status "$check"
+expect_refunds 3
+
+step "11. The log keeps every decision."
+"$idem" ls | sed 's/^/    /'
+
 if [ $fail -eq 0 ]; then printf '\n%sdemo: every check held%s\n' "$G" "$N"; else printf '\n%sdemo: a check failed%s\n' "$R" "$N"; fi
 exit $fail
