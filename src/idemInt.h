@@ -313,6 +313,15 @@ struct idem__store {
 int idem__store_open(const char *url, idem__store **out);
 int idem__sqlite_open(const char *path, idem__store **out);
 
+/* store/faultvfs.c: the test VFS "idem-fault" (see there).  selected():
+** its name when later opens should use it, else NULL; enable(): select it
+** or not (IDEM_STORE when it cannot be registered); arm(): fail the next n
+** syncs (sync != 0) or writes; syncs(): the syncs it has seen. */
+const char *idem__fault_vfs_selected(void);
+int idem__fault_vfs_enable(int on);
+void idem__fault_arm(int sync, long long n);
+long long idem__fault_syncs(void);
+
 /* A store that could not be opened: errmsg says why (printf-style fmt),
 ** every other entry point fails with IDEM_MISUSE, close frees it.  Sets
 ** *out (NULL when even that could not be allocated) and returns rc. */
