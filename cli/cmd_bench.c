@@ -52,7 +52,7 @@
 ** libidem statically, so the dtoa figure can call it directly. */
 size_t idem__dtoa(double v, char *buf);
 
-#define BEST_OF 3
+#define BEST_OF 5
 #define DTOA_BUF 48 /* more than the formatter's 32 and %.17g's 25 */
 #define KEY_TARGET 20
 #define CANON_TARGET 25
