@@ -119,6 +119,25 @@ typedef struct cli_run_result {
 ** started or watched (errno, r->spawn_errno). */
 int cli_run(const cli_run_opts *o, cli_run_result *r);
 
+/* The environment of a tool or a status check: ours, with IDEM_KEY,
+** IDEM_SESSION, IDEM_CALL_ID, IDEM_TOOL and IDEM_ATTEMPT set. */
+typedef struct cli_env {
+  char **envp;
+  char *own[6];
+} cli_env;
+
+int cli_env_build(cli_env *e, const char *key, const char *session,
+                  const char *call, const char *tool, int attempt);
+void cli_env_free(cli_env *e);
+
+/* Run the status command cmd of the action step s is checking: sh -c cmd,
+** the environment above, the action's arguments on stdin, killed past the
+** step's deadline.  Exit 0 -> APPLIED (*out its stdout, free()), 100 ->
+** NOT_APPLIED, anything else (or no cmd) -> UNKNOWN. */
+int cli_status_check(const idem_step *s, const char *cmd, const char *session,
+                     const char *call_id, const char *tool, char **out,
+                     size_t *out_len);
+
 /* Verbs. */
 int cmd_canon(int argc, char **argv);
 int cmd_key(int argc, char **argv);

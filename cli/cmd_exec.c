@@ -116,51 +116,6 @@ static void describe(const cli_run_result *res, long long deadline, char *buf,
     snprintf(buf, n, "the command exited with status %d", res->exit_code);
 }
 
-/* ---- the environment of the command ----------------------------------------- */
-
-typedef struct env_set {
-  char **envp;
-  char *own[6];
-} env_set;
-
-static int env_build(env_set *e, const char *key, const char *session,
-                     const char *call, const char *tool, int attempt) {
-  const char *names[] = {"IDEM_KEY=", "IDEM_SESSION=", "IDEM_CALL_ID=",
-                         "IDEM_TOOL=", "IDEM_ATTEMPT="};
-  char num[16];
-  const char *vals[5];
-  size_t n = 0, k = 0, i;
-  snprintf(num, sizeof num, "%d", attempt);
-  vals[0] = key;
-  vals[1] = session;
-  vals[2] = call;
-  vals[3] = tool;
-  vals[4] = num;
-  while (environ[n]) n++;
-  memset(e, 0, sizeof *e);
-  if (!(e->envp = calloc(n + 6, sizeof *e->envp))) return -1;
-  for (i = 0; i < n; i++) /* ours replace any inherited IDEM_* of the same */
-    if (strncmp(environ[i], "IDEM_KEY=", 9) &&
-        strncmp(environ[i], "IDEM_SESSION=", 13) &&
-        strncmp(environ[i], "IDEM_CALL_ID=", 13) &&
-        strncmp(environ[i], "IDEM_TOOL=", 10) &&
-        strncmp(environ[i], "IDEM_ATTEMPT=", 13))
-      e->envp[k++] = environ[i];
-  for (i = 0; i < 5; i++) {
-    size_t a = strlen(names[i]), b = strlen(vals[i]);
-    if (!(e->own[i] = malloc(a + b + 1))) return -1;
-    memcpy(e->own[i], names[i], a);
-    memcpy(e->own[i] + a, vals[i], b + 1);
-    e->envp[k++] = e->own[i];
-  }
-  return 0;
-}
-
-static void env_free(env_set *e) {
-  for (int i = 0; i < 6; i++) free(e->own[i]);
-  free(e->envp);
-}
-
 /* ---- one attempt, through the runner ----------------------------------------- */
 
 static void codes_arg(char *buf, size_t n, const idem__tool_rule *r) {
@@ -189,7 +144,7 @@ static int attempt(const exec_ctx *x, idem_step *s, const idem_call *call,
                    char *error, size_t errn) {
   char token[32], codes[512], self[4096];
   char **argv;
-  env_set env;
+  cli_env env;
   cli_run_opts o;
   cli_run_result res;
   size_t alen;
@@ -217,10 +172,10 @@ static int attempt(const exec_ctx *x, idem_step *s, const idem_call *call,
   argv[k++] = codes;
   argv[k++] = (char *)"--";
   for (int i = 0; i < x->ncommand; i++) argv[k++] = x->command[i];
-  if (env_build(&env, idem_step_key(s), call->session, call->call_id,
-                call->tool, idem_step_attempt(s))) {
+  if (cli_env_build(&env, idem_step_key(s), call->session, call->call_id,
+                    call->tool, idem_step_attempt(s))) {
     free(argv);
-    env_free(&env);
+    cli_env_free(&env);
     return -1;
   }
   memset(&o, 0, sizeof o);
@@ -232,7 +187,7 @@ static int attempt(const exec_ctx *x, idem_step *s, const idem_call *call,
   o.max_output = MAX_OUTPUT + 4096;
   rc = cli_run(&o, &res);
   free(argv);
-  env_free(&env);
+  cli_env_free(&env);
   if (rc != 0 || res.spawn_errno) {
     /* not even the runner started: nothing was sent */
     *outcome = IDEM_OUTCOME_NOT_APPLIED;
@@ -274,42 +229,16 @@ static int attempt(const exec_ctx *x, idem_step *s, const idem_call *call,
   return 0;
 }
 
-/* The status command: sh -c CMD, killed past the deadline. */
+/* The status command of the action under check (see cli_status_check). */
 static int check(idem_step *s, const idem_call *call, int *outcome,
                  char **result) {
-  const char *cmd = idem_step_check_command(s);
-  char *argv[] = {(char *)"sh", (char *)"-c", (char *)(uintptr_t)cmd, NULL};
-  size_t tlen;
-  const char *target = idem_step_check_target(s, &tlen);
-  env_set env;
-  cli_run_opts o;
-  cli_run_result res;
+  char *out = NULL;
+  size_t len = 0;
   *result = NULL;
-  *outcome = IDEM_OUTCOME_UNKNOWN;
-  if (!cmd) return 0;
-  if (env_build(&env, idem_step_check_key(s), call->session, call->call_id,
-                call->tool, idem_step_attempt(s))) {
-    env_free(&env);
-    return -1;
-  }
-  memset(&o, 0, sizeof o);
-  o.argv = argv;
-  o.envp = env.envp;
-  o.input = target;
-  o.input_len = tlen;
-  o.deadline_ms = idem_step_deadline_ms(s);
-  o.kill_on_deadline = 1;
-  o.new_group = 1;
-  o.max_output = MAX_OUTPUT;
-  if (cli_run(&o, &res) == 0 && !res.timed_out && res.exited) {
-    if (res.exit_code == 0) {
-      *outcome = IDEM_OUTCOME_APPLIED;
-      *result = result_json(res.out, res.out_len);
-    } else if (res.exit_code == 100)
-      *outcome = IDEM_OUTCOME_NOT_APPLIED;
-  }
-  free(res.out);
-  env_free(&env);
+  *outcome = cli_status_check(s, idem_step_check_command(s), call->session,
+                              call->call_id, call->tool, &out, &len);
+  if (*outcome == IDEM_OUTCOME_APPLIED) *result = result_json(out, len);
+  free(out);
   return 0;
 }
 
@@ -372,8 +301,7 @@ static int load_policy(const char *path, const char *tool, long long timeout,
       w->timeout_ms = timeout;
     }
     if (status) {
-      char *cmd = idem__malloc(strlen(status) + 1);
-      if (cmd) memcpy(cmd, status, strlen(status) + 1);
+      char *cmd = idem__strdup(status);
       if (!cmd) {
         idem_policy_free(p);
         return EXIT_FAIL;

@@ -376,56 +376,6 @@ static int collect(const idem_record *r, void *arg) {
   return 0;
 }
 
-/* The status command of one record: sh -c CMD with IDEM_KEY etc., the
-** arguments on stdin; 0 applied (stdout the result), 100 not applied. */
-static int check_once(idem_step *s, const char *cmd, char **result) {
-  char *argv[] = {(char *)"sh", (char *)"-c", (char *)cmd, NULL};
-  extern char **environ;
-  char **envp, *key;
-  size_t tlen, k = 0, n = 0;
-  const char *target = idem_step_check_target(s, &tlen);
-  const char *kv = idem_step_check_key(s);
-  cli_run_opts o;
-  cli_run_result res;
-  int outcome = IDEM_OUTCOME_UNKNOWN;
-  *result = NULL;
-  while (environ[n]) n++;
-  envp = calloc(n + 2, sizeof *envp);
-  key = malloc(strlen(kv) + 10);
-  if (!envp || !key) {
-    free(envp);
-    free(key);
-    return outcome;
-  }
-  memcpy(key, "IDEM_KEY=", 9);
-  memcpy(key + 9, kv, strlen(kv) + 1);
-  for (size_t i = 0; i < n; i++) /* the environment, our IDEM_KEY */
-    if (strncmp(environ[i], "IDEM_KEY=", 9) != 0) envp[k++] = environ[i];
-  envp[k++] = key;
-  envp[k] = NULL;
-  memset(&o, 0, sizeof o);
-  o.argv = argv;
-  o.envp = envp;
-  o.input = target;
-  o.input_len = tlen;
-  o.deadline_ms = idem_step_deadline_ms(s);
-  o.kill_on_deadline = 1;
-  o.new_group = 1;
-  o.max_output = (size_t)16 << 20;
-  if (cli_run(&o, &res) == 0 && !res.timed_out && res.exited) {
-    if (res.exit_code == 0) {
-      outcome = IDEM_OUTCOME_APPLIED;
-      *result = res.out;
-      res.out = NULL;
-    } else if (res.exit_code == 100)
-      outcome = IDEM_OUTCOME_NOT_APPLIED;
-  }
-  free(res.out);
-  free(envp);
-  free(key);
-  return outcome;
-}
-
 /* A --batch status process: one per worker. */
 typedef struct batch_proc {
   pid_t pid;
@@ -463,36 +413,51 @@ static void batch_stop(batch_proc *b) {
   if (b->pid > 0) waitpid(b->pid, &st, 0);
 }
 
-static int check_batch(batch_proc *b, idem_step *s, const idem_record *r,
+/* One request of the batch protocol, as one line into q (reset first). */
+static void batch_request(idem__buf *q, const doubt *d, const char *key,
+                          const char *args, size_t args_len) {
+  size_t bad;
+  q->len = 0;
+  idem__buf_append(q, "{\"session\":", 11);
+  idem__canon_string(q, d->session, strlen(d->session), &bad);
+  idem__buf_append(q, ",\"call_id\":", 11);
+  idem__canon_string(q, d->call_id, strlen(d->call_id), &bad);
+  idem__buf_append(q, ",\"tool\":", 8);
+  idem__canon_string(q, d->tool, strlen(d->tool), &bad);
+  idem__buf_append(q, ",\"key\":", 7);
+  idem__canon_string(q, key, strlen(key), &bad);
+  idem__buf_append(q, ",\"args\":", 8);
+  idem__buf_append(q, args, args_len);
+  idem__buf_append(q, "}\n", 2);
+}
+
+/* One answer line of the batch protocol: the outcome, and *result (malloc)
+** when "applied" carries one. */
+static int batch_answer(char *line, char **result) {
+  *result = NULL;
+  line[strcspn(line, "\r\n")] = '\0';
+  if (strncmp(line, "applied", 7) == 0 && (!line[7] || line[7] == ' ')) {
+    if (line[7] == ' ') *result = strdup(line + 8);
+    return IDEM_OUTCOME_APPLIED;
+  }
+  if (strcmp(line, "not_applied") == 0) return IDEM_OUTCOME_NOT_APPLIED;
+  return IDEM_OUTCOME_UNKNOWN;
+}
+
+/* Ask the worker's status process about one record, in lockstep. */
+static int check_batch(batch_proc *b, idem_step *s, const doubt *d,
                        char **result) {
   char line[1 << 16];
-  size_t bad, tlen;
+  size_t tlen;
   idem__buf q;
   const char *target = idem_step_check_target(s, &tlen);
   int outcome = IDEM_OUTCOME_UNKNOWN;
   *result = NULL;
   idem__buf_init(&q, (size_t)64 << 20);
-  idem__buf_append(&q, "{\"session\":", 11);
-  idem__canon_string(&q, r->session, strlen(r->session), &bad);
-  idem__buf_append(&q, ",\"call_id\":", 11);
-  idem__canon_string(&q, r->call_id, strlen(r->call_id), &bad);
-  idem__buf_append(&q, ",\"tool\":", 8);
-  idem__canon_string(&q, r->tool, strlen(r->tool), &bad);
-  idem__buf_append(&q, ",\"key\":", 7);
-  idem__canon_string(&q, idem_step_check_key(s), strlen(idem_step_check_key(s)),
-                     &bad);
-  idem__buf_append(&q, ",\"args\":", 8);
-  idem__buf_append(&q, target, tlen);
-  idem__buf_append(&q, "}\n", 2);
+  batch_request(&q, d, idem_step_check_key(s), target, tlen);
   if (fwrite(q.p, 1, q.len, b->in) == q.len && fflush(b->in) == 0 &&
-      fgets(line, sizeof line, b->out)) {
-    line[strcspn(line, "\r\n")] = '\0';
-    if (strncmp(line, "applied", 7) == 0 && (!line[7] || line[7] == ' ')) {
-      outcome = IDEM_OUTCOME_APPLIED;
-      if (line[7] == ' ') *result = strdup(line + 8);
-    } else if (strcmp(line, "not_applied") == 0)
-      outcome = IDEM_OUTCOME_NOT_APPLIED;
-  }
+      fgets(line, sizeof line, b->out))
+    outcome = batch_answer(line, result);
   idem__buf_free(&q);
   return outcome;
 }
@@ -510,22 +475,11 @@ typedef struct feed {
 static void *feed_main(void *arg) {
   feed *f = arg;
   idem__buf q;
-  size_t i, bad;
+  size_t i;
   idem__buf_init(&q, (size_t)64 << 20);
   for (i = 0; i < f->n; i++) {
     const doubt *d = &f->v[i];
-    q.len = 0;
-    idem__buf_append(&q, "{\"session\":", 11);
-    idem__canon_string(&q, d->session, strlen(d->session), &bad);
-    idem__buf_append(&q, ",\"call_id\":", 11);
-    idem__canon_string(&q, d->call_id, strlen(d->call_id), &bad);
-    idem__buf_append(&q, ",\"tool\":", 8);
-    idem__canon_string(&q, d->tool, strlen(d->tool), &bad);
-    idem__buf_append(&q, ",\"key\":", 7);
-    idem__canon_string(&q, d->key, strlen(d->key), &bad);
-    idem__buf_append(&q, ",\"args\":", 8);
-    idem__buf_append(&q, d->args, strlen(d->args));
-    idem__buf_append(&q, "}\n", 2);
+    batch_request(&q, d, d->key, d->args, strlen(d->args));
     if (fwrite(q.p, 1, q.len, f->in) != q.len) break;
   }
   idem__buf_free(&q);
@@ -557,12 +511,7 @@ static int recover_stream(recover_job *j) {
     doubt *d = &j->v[i];
     d->outcome = IDEM_OUTCOME_UNKNOWN;
     if (!fgets(line, sizeof line, b.out)) break; /* the check ended early */
-    line[strcspn(line, "\r\n")] = '\0';
-    if (strncmp(line, "applied", 7) == 0 && (!line[7] || line[7] == ' ')) {
-      d->outcome = IDEM_OUTCOME_APPLIED;
-      if (line[7] == ' ') d->result = strdup(line + 8);
-    } else if (strcmp(line, "not_applied") == 0)
-      d->outcome = IDEM_OUTCOME_NOT_APPLIED;
+    d->outcome = batch_answer(line, &d->result);
   }
   pthread_join(th, NULL);
   batch_stop(&b);
@@ -608,7 +557,6 @@ static void *recover_worker(void *arg) {
   int have_batch = 0;
   for (;;) {
     idem_step *s = NULL;
-    idem_record *r = NULL;
     char *result = NULL;
     const char *cmd;
     size_t i;
@@ -624,12 +572,11 @@ static void *recover_worker(void *arg) {
       outcome = IDEM_OUTCOME_UNKNOWN;
       if (cmd && j->batch) {
         if (!have_batch && batch_start(&b, cmd) == 0) have_batch = 1;
-        if (have_batch && idem_guard_record(j->g, j->v[i].session,
-                                            j->v[i].call_id, &r) == IDEM_OK)
-          outcome = check_batch(&b, s, r, &result);
-        idem_record_free(r);
+        if (have_batch) outcome = check_batch(&b, s, &j->v[i], &result);
       } else if (cmd) {
-        outcome = check_once(s, cmd, &result);
+        size_t len;
+        outcome = cli_status_check(s, cmd, j->v[i].session, j->v[i].call_id,
+                                   j->v[i].tool, &result, &len);
       }
       rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
       free(result);

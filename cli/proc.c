@@ -12,6 +12,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -152,4 +154,83 @@ fail:
   if (out[0] >= 0) close(out[0]);
   if (out[1] >= 0) close(out[1]);
   return rc;
+}
+
+/* ---- the environment of a tool or a status check ----------------------- */
+
+int cli_env_build(cli_env *e, const char *key, const char *session,
+                  const char *call, const char *tool, int attempt) {
+  const char *names[] = {"IDEM_KEY=", "IDEM_SESSION=", "IDEM_CALL_ID=",
+                         "IDEM_TOOL=", "IDEM_ATTEMPT="};
+  char num[16];
+  const char *vals[5];
+  size_t n = 0, k = 0, i;
+  snprintf(num, sizeof num, "%d", attempt);
+  vals[0] = key;
+  vals[1] = session;
+  vals[2] = call;
+  vals[3] = tool;
+  vals[4] = num;
+  while (environ[n]) n++;
+  memset(e, 0, sizeof *e);
+  if (!(e->envp = calloc(n + 6, sizeof *e->envp))) return -1;
+  for (i = 0; i < n; i++) /* ours replace any inherited IDEM_* of the same */
+    if (strncmp(environ[i], "IDEM_KEY=", 9) &&
+        strncmp(environ[i], "IDEM_SESSION=", 13) &&
+        strncmp(environ[i], "IDEM_CALL_ID=", 13) &&
+        strncmp(environ[i], "IDEM_TOOL=", 10) &&
+        strncmp(environ[i], "IDEM_ATTEMPT=", 13))
+      e->envp[k++] = environ[i];
+  for (i = 0; i < 5; i++) {
+    size_t a = strlen(names[i]), b = strlen(vals[i]);
+    if (!(e->own[i] = malloc(a + b + 1))) return -1;
+    memcpy(e->own[i], names[i], a);
+    memcpy(e->own[i] + a, vals[i], b + 1);
+    e->envp[k++] = e->own[i];
+  }
+  return 0;
+}
+
+void cli_env_free(cli_env *e) {
+  for (int i = 0; i < 6; i++) free(e->own[i]);
+  free(e->envp);
+}
+
+int cli_status_check(const idem_step *s, const char *cmd, const char *session,
+                     const char *call_id, const char *tool, char **out,
+                     size_t *out_len) {
+  char *argv[] = {(char *)"sh", (char *)"-c", (char *)(uintptr_t)cmd, NULL};
+  size_t tlen;
+  const char *target = idem_step_check_target(s, &tlen);
+  cli_env env;
+  cli_run_opts o;
+  cli_run_result res;
+  int outcome = IDEM_OUTCOME_UNKNOWN;
+  *out = NULL;
+  *out_len = 0;
+  if (!cmd) return outcome;
+  if (cli_env_build(&env, idem_step_check_key(s), session, call_id, tool,
+                    idem_step_attempt(s)) == 0) {
+    memset(&o, 0, sizeof o);
+    o.argv = argv;
+    o.envp = env.envp;
+    o.input = target;
+    o.input_len = tlen;
+    o.deadline_ms = idem_step_deadline_ms(s);
+    o.kill_on_deadline = 1;
+    o.new_group = 1;
+    o.max_output = (size_t)16 << 20;
+    if (cli_run(&o, &res) == 0 && !res.timed_out && res.exited) {
+      if (res.exit_code == 0) {
+        outcome = IDEM_OUTCOME_APPLIED;
+        *out = res.out;
+        *out_len = res.out_len;
+        res.out = NULL;
+      } else if (res.exit_code == 100)
+        outcome = IDEM_OUTCOME_NOT_APPLIED;
+    }
+    free(res.out);
+  }
+  cli_env_free(&env);
+  return outcome;
 }

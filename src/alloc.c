@@ -6,6 +6,7 @@
 ** out-of-memory path returns IDEM_NOMEM and leaks nothing.
 */
 #include <stdlib.h>
+#include <string.h>
 
 #include "idemInt.h"
 
@@ -28,3 +29,15 @@ void idem__free(void *p) {
 }
 
 void idem_free(void *p) { idem__free(p); }
+
+char *idem__strndup(const char *s, size_t n) {
+  char *p;
+  if (!s || n == SIZE_MAX || !(p = idem__malloc(n + 1))) return NULL;
+  memcpy(p, s, n);
+  p[n] = '\0';
+  return p;
+}
+
+char *idem__strdup(const char *s) {
+  return s ? idem__strndup(s, strlen(s)) : NULL;
+}

@@ -125,24 +125,6 @@ const char *idem_guard_errmsg(const idem_guard *g) {
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static char *dup_str(const char *s) {
-  size_t n;
-  char *p;
-  if (!s) return NULL;
-  n = strlen(s) + 1;
-  if ((p = idem__malloc(n))) memcpy(p, s, n);
-  return p;
-}
-
-static char *dup_mem(const char *s, size_t n) {
-  char *p = idem__malloc(n + 1);
-  if (p) {
-    memcpy(p, s, n);
-    p[n] = '\0';
-  }
-  return p;
-}
-
 static long long now_ms(idem_step *s) {
   long long t = 0;
   if (s->g->st->vt->now(s->g->st, &t) != IDEM_OK) {
@@ -429,7 +411,7 @@ static int build_check_args(idem_step *s, const char *args, size_t args_len,
     }
   }
   if (!rc) {
-    s->check_args = dup_mem(out.p, out.len);
+    s->check_args = idem__strndup(out.p, out.len);
     s->check_len = out.len;
     if (!s->check_args) rc = IDEM_NOMEM;
   }
@@ -636,7 +618,7 @@ static int make_send_args(idem_step *s) {
   size_t bad;
   int rc = 0;
   if (!ka) {
-    s->send_args = dup_mem(s->args, s->args_len);
+    s->send_args = idem__strndup(s->args, s->args_len);
     s->send_len = s->args_len;
     return s->send_args ? IDEM_OK : IDEM_NOMEM;
   }
@@ -653,7 +635,7 @@ static int make_send_args(idem_step *s) {
     opt.max_depth = s->c->max_depth;
     rc = idem__canon_run(s->c, b.p, b.len, &opt);
     if (!rc) {
-      s->send_args = dup_mem(s->c->out.p, s->c->out.len);
+      s->send_args = idem__strndup(s->c->out.p, s->c->out.len);
       s->send_len = s->c->out.len;
       if (!s->send_args) rc = IDEM_NOMEM;
     }
@@ -694,7 +676,7 @@ static int make_fence_key(idem_step *s) {
   if (!rc) rc = idem__sha256_hex(s->c, b.p, b.len, hex);
   idem__buf_free(&b);
   if (rc) return rc;
-  s->fence_key = dup_str(hex);
+  s->fence_key = idem__strdup(hex);
   return s->fence_key ? IDEM_OK : IDEM_NOMEM;
 }
 
@@ -786,9 +768,9 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
   s->g = g;
   idem__buf_init(&s->env, (size_t)64 << 20);
   *out = s;
-  s->session = dup_str(call->session ? call->session : "");
-  s->call_id = dup_str(call->call_id ? call->call_id : "");
-  s->tool = dup_str(call->tool);
+  s->session = idem__strdup(call->session ? call->session : "");
+  s->call_id = idem__strdup(call->call_id ? call->call_id : "");
+  s->tool = idem__strdup(call->tool);
   if (!s->session || !s->call_id || !s->tool ||
       idem_canon_open(&s->c) != IDEM_OK)
     return gfail(IDEM_NOMEM, "out of memory");
@@ -809,9 +791,9 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
                   "The arguments of this %s call are not valid: %s. Nothing "
                   "was run or recorded. Fix the arguments and call again.",
                   s->tool, idem_canon_errmsg(s->c));
-  s->key = dup_mem(k.key, k.key_len);
-  s->fingerprint = dup_str(k.fingerprint);
-  s->args = dup_mem(k.args, k.args_len);
+  s->key = idem__strndup(k.key, k.key_len);
+  s->fingerprint = idem__strdup(k.fingerprint);
+  s->args = idem__strndup(k.args, k.args_len);
   s->args_len = k.args_len;
   if (!s->key || !s->fingerprint || !s->args || make_send_args(s))
     return gfail(IDEM_NOMEM, "out of memory");
@@ -957,17 +939,17 @@ static char *result_json(idem_canon *c, const char *result, size_t len) {
   char *r = NULL;
   if (!result) return NULL;
   if (idem_canon_json(c, result, len, &out, &olen) == IDEM_OK)
-    return dup_mem(out, olen);
+    return idem__strndup(out, olen);
   idem__buf_init(&b, c->out.cap);
   {
-    char *z = dup_mem(result, len);
+    char *z = idem__strndup(result, len);
     if (z && idem__canon_string(&b, z, len, &bad) == IDEM_OK)
-      r = dup_mem(b.p, b.len);
+      r = idem__strndup(b.p, b.len);
     else if (z) { /* not UTF-8 either: describe it rather than lose it */
       b.len = 0;
       if (idem__buf_append(&b, "\"(a result that is not UTF-8 text)\"", 35) ==
           IDEM_OK)
-        r = dup_mem(b.p, b.len);
+        r = idem__strndup(b.p, b.len);
     }
     idem__free(z);
   }
@@ -1340,11 +1322,11 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   j->refs = 2;
   j->is_check = is_check;
   j->tool = *tool;
-  j->key = dup_str(key);
-  j->args = dup_mem(args, alen);
+  j->key = idem__strdup(key);
+  j->args = idem__strndup(args, alen);
   j->args_len = alen;
-  j->session = dup_str(s->session);
-  j->call_id = dup_str(s->call_id);
+  j->session = idem__strdup(s->session);
+  j->call_id = idem__strdup(s->call_id);
   j->token = s->token;
   j->g = s->g;
   if (!j->key || !j->args || !j->session || !j->call_id) {
@@ -1435,7 +1417,7 @@ int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
       rc = idem_step_poll(s);
       break;
     case IDEM_NEXT_ANSWER:
-      if (!(*envelope = dup_mem(s->env.p, s->env.len))) {
+      if (!(*envelope = idem__strndup(s->env.p, s->env.len))) {
         rc = gfail(IDEM_NOMEM, "out of memory");
         goto done;
       }
@@ -1471,12 +1453,12 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   s->recover = 1;
   idem__buf_init(&s->env, (size_t)64 << 20);
   *out = s;
-  s->session = dup_str(r->session);
-  s->call_id = dup_str(r->call_id);
-  s->tool = dup_str(r->tool);
-  s->key = dup_str(r->key);
-  s->fingerprint = dup_str(r->fingerprint);
-  s->args = dup_str(r->args);
+  s->session = idem__strdup(r->session);
+  s->call_id = idem__strdup(r->call_id);
+  s->tool = idem__strdup(r->tool);
+  s->key = idem__strdup(r->key);
+  s->fingerprint = idem__strdup(r->fingerprint);
+  s->args = idem__strdup(r->args);
   s->args_len = r->args ? strlen(r->args) : 0;
   if (!s->session || !s->call_id || !s->tool || !s->key || !s->fingerprint ||
       !s->args || idem_canon_open(&s->c) != IDEM_OK) {

@@ -34,6 +34,10 @@
 void *idem__malloc(size_t n);
 void *idem__realloc(void *p, size_t n);
 void idem__free(void *p);
+/* Copies through idem__malloc, NUL-terminated; NULL when s is NULL or
+** memory ran out. */
+char *idem__strndup(const char *s, size_t n);
+char *idem__strdup(const char *s);
 
 /* ---- buf.c: growable byte buffers with a hard cap ------------------------ */
 

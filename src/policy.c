@@ -298,21 +298,12 @@ static int want_bool(ctx *c, const json_t *v, int *out) {
   return IDEM_OK;
 }
 
-static char *dup_mem(const char *s, size_t n) {
-  char *d = idem__malloc(n + 1);
-  if (d) {
-    memcpy(d, s, n);
-    d[n] = '\0';
-  }
-  return d;
-}
-
 /* A non-empty string, copied into *out. */
 static int want_name(ctx *c, const json_t *v, const char *what, char **out) {
   if (!json_is_string(v))
     return fail(c, "expected a string (%s), found %s", what, type_name(v));
   if (json_string_length(v) == 0) return fail(c, "empty; expected %s", what);
-  *out = dup_mem(json_string_value(v), json_string_length(v));
+  *out = idem__strndup(json_string_value(v), json_string_length(v));
   return *out ? IDEM_OK : nomem(c);
 }
 
@@ -351,7 +342,7 @@ static int want_canonical(ctx *c, const json_t *v, char **out) {
   free(text); /* jansson's allocation, from jansson's allocator (malloc) */
   if (rc == IDEM_NOMEM) return nomem(c);
   if (rc != IDEM_OK) return fail(c, "%s", idem_strerror(rc));
-  *out = dup_mem(cj, n);
+  *out = idem__strndup(cj, n);
   return *out ? IDEM_OK : nomem(c);
 }
 
@@ -375,7 +366,7 @@ static int want_pointer(ctx *c, const json_t *v, char **out) {
                   "%s is not a JSON pointer (RFC 6901): \"~\" must be "
                   "followed by 0 or 1",
                   q);
-  *out = dup_mem(json_string_value(v), json_string_length(v));
+  *out = idem__strndup(json_string_value(v), json_string_length(v));
   return *out ? IDEM_OK : nomem(c);
 }
 
@@ -649,7 +640,7 @@ static int parse_status(ctx *c, json_t *v, idem__tool_rule *r) {
     return fail(c, "only with a status tool; a status command answers by "
                    "its exit status");
   }
-  if (s->tool && !s->arguments && !(s->arguments = dup_mem("{}", 2)))
+  if (s->tool && !s->arguments && !(s->arguments = idem__strndup("{}", 2)))
     return nomem(c);
   return IDEM_OK;
 }
@@ -866,7 +857,7 @@ static int parse_root(ctx *c, json_t *root) {
     size_t tool_at = path_push(c, k);
     if (!*k) return fail(c, "a tool name must not be empty");
     idem__rule_defaults(r, NULL);
-    if (!(r->name = dup_mem(k, strlen(k)))) return nomem(c);
+    if (!(r->name = idem__strndup(k, strlen(k)))) return nomem(c);
     p->ntools++;
     if ((rc = parse_tool(c, v, r))) return rc;
     path_pop(c, tool_at);

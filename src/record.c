@@ -51,13 +51,8 @@ void idem_record_free(idem_record *r) {
 
 /* Copy s into *dst (NULL stays NULL); 0 when memory ran out. */
 static int dup_str(char **dst, const char *s) {
-  size_t n;
-  *dst = NULL;
-  if (!s) return 1;
-  n = strlen(s) + 1;
-  if (!(*dst = idem__malloc(n))) return 0;
-  memcpy(*dst, s, n);
-  return 1;
+  *dst = idem__strdup(s);
+  return !s || *dst;
 }
 
 idem_record *idem__record_dup(const idem_record *r) {
