@@ -333,6 +333,8 @@ IDEM_API void idem_record_free(idem_record *r);
 ** that the guard, not the tool, owns the deadline.
 **
 ** A guard is safe to share between threads; a step belongs to one thread.
+** A live step holds its guard: closing the guard first is allowed, and the
+** guard goes when its last step is freed.
 */
 typedef struct idem_guard idem_guard;
 typedef struct idem_step idem_step;

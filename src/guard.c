@@ -54,13 +54,20 @@
 #define POLL_MS 25
 #define RACE_LIMIT 16 /* re-decisions after lost races before giving up */
 
+#define CANON_POOL 64
+
 struct idem_guard {
   unsigned magic;
   pthread_mutex_t mu;
-  int refs; /* the user's, plus one per tool run still in flight */
+  int refs; /* the user's, one per live step, one per tool run in flight */
   idem__store *st;
   const idem_policy *policy;
   char owner[128];
+  /* idem_canon workspaces that steps have given back: a step takes one
+  ** rather than opening its own, so a replay allocates almost nothing and
+  ** never fetches SHA-256 from libcrypto again */
+  idem_canon *pool[CANON_POOL];
+  int npool;
 };
 
 enum phase {
@@ -738,9 +745,33 @@ static void guard_unref(idem_guard *g) {
   pthread_mutex_unlock(&g->mu);
   if (!last) return;
   if (g->st) g->st->vt->close(g->st);
+  while (g->npool > 0) idem_canon_close(g->pool[--g->npool]);
   pthread_mutex_destroy(&g->mu);
   g->magic = IDEM__MAGIC_DEAD;
   idem__free(g);
+}
+
+/* A new step holds the guard, and a workspace from its pool. */
+static int step_attach(idem_step *s, idem_guard *g) {
+  pthread_mutex_lock(&g->mu);
+  g->refs++;
+  s->g = g;
+  if (g->npool > 0) s->c = g->pool[--g->npool];
+  pthread_mutex_unlock(&g->mu);
+  return s->c || idem_canon_open(&s->c) == IDEM_OK ? IDEM_OK : IDEM_NOMEM;
+}
+
+static void step_detach(idem_step *s) {
+  idem_guard *g = s->g;
+  idem_canon *c = s->c;
+  pthread_mutex_lock(&g->mu);
+  if (c && g->npool < CANON_POOL) {
+    g->pool[g->npool++] = c;
+    c = NULL;
+  }
+  pthread_mutex_unlock(&g->mu);
+  idem_canon_close(c);
+  guard_unref(g);
 }
 
 void idem_guard_close(idem_guard *g) {
@@ -765,14 +796,12 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
   if (!(s = idem__malloc(sizeof *s))) return gfail(IDEM_NOMEM, "out of memory");
   memset(s, 0, sizeof *s);
   s->magic = STEP_MAGIC;
-  s->g = g;
   idem__buf_init(&s->env, (size_t)64 << 20);
   *out = s;
   s->session = idem__strdup(call->session ? call->session : "");
   s->call_id = idem__strdup(call->call_id ? call->call_id : "");
   s->tool = idem__strdup(call->tool);
-  if (!s->session || !s->call_id || !s->tool ||
-      idem_canon_open(&s->c) != IDEM_OK)
+  if (step_attach(s, g) || !s->session || !s->call_id || !s->tool)
     return gfail(IDEM_NOMEM, "out of memory");
   s->rule = idem__policy_rule(g->policy, s->tool, &s->scratch);
 
@@ -1144,7 +1173,7 @@ int idem_step_delivered(idem_step *s) {
 void idem_step_free(idem_step *s) {
   if (!s || s->magic != STEP_MAGIC) return;
   s->magic = IDEM__MAGIC_DEAD;
-  idem_canon_close(s->c);
+  if (s->g) step_detach(s);
   idem__free(s->session);
   idem__free(s->call_id);
   idem__free(s->tool);
@@ -1449,7 +1478,6 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   }
   memset(s, 0, sizeof *s);
   s->magic = STEP_MAGIC;
-  s->g = g;
   s->recover = 1;
   idem__buf_init(&s->env, (size_t)64 << 20);
   *out = s;
@@ -1460,8 +1488,8 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   s->fingerprint = idem__strdup(r->fingerprint);
   s->args = idem__strdup(r->args);
   s->args_len = r->args ? strlen(r->args) : 0;
-  if (!s->session || !s->call_id || !s->tool || !s->key || !s->fingerprint ||
-      !s->args || idem_canon_open(&s->c) != IDEM_OK) {
+  if (step_attach(s, g) || !s->session || !s->call_id || !s->tool || !s->key ||
+      !s->fingerprint || !s->args) {
     idem_record_free(r);
     return gfail(IDEM_NOMEM, "out of memory");
   }
