@@ -11,6 +11,7 @@
 */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@
 
 #include "idemInt.h"
 
-static void host_id(char *buf, size_t n) {
+static void read_host_id(char *buf, size_t n) {
   FILE *f = fopen("/etc/machine-id", "r");
   size_t len = 0;
   if (f) {
@@ -39,6 +40,17 @@ static void host_id(char *buf, size_t n) {
   /* ':' separates the parts; keep it out of the host part */
   for (size_t i = 0; i < len; i++)
     if (buf[i] == ':') buf[i] = '_';
+}
+
+/* This machine's id, read once: liveness checks run on every poll. */
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static char host[64];
+
+static void host_init(void) { read_host_id(host, sizeof host); }
+
+static const char *host_id(void) {
+  pthread_once(&host_once, host_init);
+  return host;
 }
 
 /* The start time of pid in clock ticks since boot; 0 when unknown. */
@@ -63,24 +75,21 @@ static unsigned long long start_time(long pid) {
 }
 
 void idem__owner_self(char *buf, size_t n) {
-  char host[64];
   long pid = (long)getpid();
-  host_id(host, sizeof host);
-  snprintf(buf, n, "%s:%ld:%llu", host, pid, start_time(pid));
+  snprintf(buf, n, "%s:%ld:%llu", host_id(), pid, start_time(pid));
 }
 
 int idem__owner_alive(const char *owner) {
-  char host[64], self_host[64];
+  char owner_host[64];
   const char *c1, *c2;
   long pid;
   unsigned long long start;
   if (!owner || !(c1 = strchr(owner, ':')) || !(c2 = strchr(c1 + 1, ':')))
     return -1;
-  host_id(self_host, sizeof self_host);
-  if ((size_t)(c1 - owner) >= sizeof host) return -1;
-  memcpy(host, owner, (size_t)(c1 - owner));
-  host[c1 - owner] = '\0';
-  if (strcmp(host, self_host) != 0) return -1; /* another machine */
+  if ((size_t)(c1 - owner) >= sizeof owner_host) return -1;
+  memcpy(owner_host, owner, (size_t)(c1 - owner));
+  owner_host[c1 - owner] = '\0';
+  if (strcmp(owner_host, host_id()) != 0) return -1; /* another machine */
   pid = strtol(c1 + 1, NULL, 10);
   start = strtoull(c2 + 1, NULL, 10);
   if (pid <= 0) return -1;
