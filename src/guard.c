@@ -306,6 +306,22 @@ static int to_execute(idem_step *s, long long delay) {
   return IDEM_OK;
 }
 
+/* Apply ch to the log: the record after it, or NULL and *rc is what the
+** step ends with - a fresh decision after a lost race, or a failure of the
+** log. */
+static idem_record *apply(idem_step *s, const idem__change *ch, int *rc) {
+  idem_record *now = NULL;
+  *rc = s->g->st->vt->change(s->g->st, ch, &now);
+  if (*rc == IDEM_OK) return now;
+  if (*rc == IDEM_STALE)
+    *rc = lost_race(s, now);
+  else {
+    idem_record_free(now);
+    *rc = store_fail(s->g, *rc);
+  }
+  return NULL;
+}
+
 /* Our record, in_doubt or not_applied and held by us, goes back to pending
 ** durably before the next attempt (no downstream call without a durable
 ** record of it). */
@@ -318,47 +334,37 @@ static int repend(idem_step *s, int from_state, long long delay) {
   ch.expect_token = s->token;
   ch.state = IDEM_STATE_PENDING;
   ch.durable = 1;
-  rc = s->g->st->vt->change(s->g->st, &ch, &now);
-  if (rc == IDEM_STALE) return lost_race(s, now);
+  if (!(now = apply(s, &ch, &rc))) return rc;
   idem_record_free(now);
-  if (rc) return store_fail(s->g, rc);
   idem__crash_point("after_pending_commit");
   return to_execute(s, delay);
 }
 
-/* Take the lease of record r over (its token grows), leaving it in state
-** (IN_DOUBT to reconcile, PENDING to execute). */
-static int take_over(idem_step *s, const idem_record *r, int state, int durable,
-                     idem_record **now) {
-  idem__change ch;
-  change_init(s, &ch, r);
-  ch.from = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_IN_DOUBT) |
-            BIT(IDEM_STATE_NOT_APPLIED);
-  ch.expect_token = r->token;
-  ch.state = state;
-  ch.take_lease = 1;
-  ch.owner = s->g->owner;
-  ch.lease_until = now_ms(s) + lease_ms(s->rule);
-  ch.durable = durable;
-  return s->g->st->vt->change(s->g->st, &ch, now);
+/* The change that takes record r's lease over (its token grows), leaving it
+** in state (IN_DOUBT to reconcile, PENDING to execute). */
+static void lease_change(idem_step *s, idem__change *ch, const idem_record *r,
+                         int state, int durable) {
+  change_init(s, ch, r);
+  ch->from = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_IN_DOUBT) |
+             BIT(IDEM_STATE_NOT_APPLIED);
+  ch->expect_token = r->token;
+  ch->state = state;
+  ch->take_lease = 1;
+  ch->owner = s->g->owner;
+  ch->lease_until = now_ms(s) + lease_ms(s->rule);
+  ch->durable = durable;
 }
 
-/* Take r over (r is consumed): the record as it is now, ours; or NULL, and
-** *rc is what the step ends with - a fresh decision after a lost race, or a
-** failure of the log. */
+/* Take r over (r is consumed): the record as it is now, ours; or NULL with
+** *rc as apply() says. */
 static idem_record *seize(idem_step *s, idem_record *r, int state, int durable,
                           int *rc) {
-  idem_record *now = NULL;
-  *rc = take_over(s, r, state, durable, &now);
+  idem__change ch;
+  idem_record *now;
+  lease_change(s, &ch, r, state, durable);
+  now = apply(s, &ch, rc);
   idem_record_free(r);
-  if (*rc == IDEM_OK) return now;
-  if (*rc == IDEM_STALE)
-    *rc = lost_race(s, now);
-  else {
-    idem_record_free(now);
-    *rc = store_fail(s->g, *rc);
-  }
-  return NULL;
+  return now;
 }
 
 /* ---- status-check arguments ------------------------------------------------ */
@@ -1047,14 +1053,10 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     s->told = 1;
   }
   idem__crash_point("before_outcome_commit");
-  rc = s->g->st->vt->change(s->g->st, &ch, &now);
+  /* when someone took the action over meanwhile, what it is now decides */
+  now = apply(s, &ch, &rc);
   idem__free(res);
-  /* someone took the action over meanwhile: what it is now decides */
-  if (rc == IDEM_STALE) return lost_race(s, now);
-  if (rc) {
-    idem_record_free(now);
-    return store_fail(s->g, rc);
-  }
+  if (!now) return rc;
   idem__crash_point("after_outcome_commit");
   s->attempt = now->attempts;
   switch (state) {
@@ -1121,13 +1123,9 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
     ch.state = IDEM_STATE_NOT_APPLIED;
     ch.resolution = IDEM_RESOLVED_RECONCILED;
   }
-  rc = s->g->st->vt->change(s->g->st, &ch, &now);
+  now = apply(s, &ch, &rc);
   idem__free(res);
-  if (rc == IDEM_STALE) return lost_race(s, now);
-  if (rc) {
-    idem_record_free(now);
-    return store_fail(s->g, rc);
-  }
+  if (!now) return rc;
   if (e) {
     /* the earlier action is settled: dedupe against it, or go on */
     if (now->state == IDEM_STATE_SUCCEEDED)
@@ -1464,6 +1462,7 @@ done:
 
 int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
                        idem_step **out) {
+  idem__change ch;
   idem_step *s;
   idem_record *r = NULL, *now = NULL;
   int rc;
@@ -1509,7 +1508,8 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
     idem_record_free(r);
     return rc;
   }
-  rc = take_over(s, r, IDEM_STATE_IN_DOUBT, 0, &now);
+  lease_change(s, &ch, r, IDEM_STATE_IN_DOUBT, 0);
+  rc = g->st->vt->change(g->st, &ch, &now);
   idem_record_free(r);
   if (rc) {
     idem_record_free(now);
