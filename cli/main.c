@@ -75,6 +75,24 @@ const cli_verb cli_verbs[] = {
      "  --args JSON    the arguments, a JSON object ('-': stdin; default {})\n"
      "  --timeout MS   the deadline of one attempt (default 30000)\n"
      "  --status CMD   the status check\n"},
+    {"call", cmd_call, "make a guarded HTTP call of the policy",
+     "usage: idem call --policy FILE [--log URL] --session S --call C\n"
+     "                 --tool T [--args JSON|-] [--verbose]\n"
+     "\n"
+     "Make the HTTP request of tool T (its \"http\" rule in the policy:\n"
+     "method, URL template, the key in the Idempotency-Key header or the\n"
+     "one the policy names, the arguments as the JSON body) through the\n"
+     "guard, within the tool's timeout_ms.  Connection refused or a name\n"
+     "that does not resolve: not applied (retried with the same key); a\n"
+     "timeout or reset after sending: unknown, reconciled with the status\n"
+     "tool when it is an HTTP tool too; 2xx applied; other 4xx rejected;\n"
+     "409, 429 and 5xx as the rule's on_409/on_429/on_5xx (default\n"
+     "unknown).\n"
+     "\n"
+     "Prints the envelope and exits as idem exec does.\n"
+     "\n"
+     "  --args JSON    the arguments, a JSON object ('-': stdin; default {})\n"
+     "  --verbose      tell each attempt and status check on stderr\n"},
     {"__run", cmd_run, NULL, ""},
     {"ls", cmd_ls, "list the records of the attempt log",
      "usage: idem ls [--log URL] [--session S] [--state STATE] [--limit N]\n"
@@ -93,8 +111,8 @@ const cli_verb cli_verbs[] = {
      "                    [--workers N] [--json]\n"
      "\n"
      "For every record in doubt (or pending under a dead owner or an expired\n"
-     "lease), run its status check - the policy's status command, or\n"
-     "--status CMD for every tool - and settle the record: applied ->\n"
+     "lease), run its status check - the policy's status command or HTTP\n"
+     "status tool, or --status CMD for every tool - and settle the record: applied ->\n"
      "succeeded, not applied -> not_applied (the next call retries with the\n"
      "same key); a record without a check stays in doubt.  Never runs a tool.\n"
      "\n"

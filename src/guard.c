@@ -1233,6 +1233,13 @@ int idem_step_attempt(const idem_step *s) {
   return s && s->magic == STEP_MAGIC ? s->attempt : 0;
 }
 
+int idem_step_check_verdict(const idem_step *s, const char *result,
+                            size_t len) {
+  if (!s || s->magic != STEP_MAGIC || !s->rule) return IDEM_OUTCOME_UNKNOWN;
+  return idem__status_verdict(&s->rule->status, idem_step_check_key(s), result,
+                              len);
+}
+
 long long idem_step_deadline_ms(const idem_step *s) {
   if (!s || s->magic != STEP_MAGIC || !s->rule) return 0;
   return s->next == IDEM_NEXT_CHECK ? s->rule->reconcile_timeout_ms
