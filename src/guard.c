@@ -97,6 +97,8 @@ struct idem_step {
   long long started; /* when the call was made: its record's created */
   int races;
   int late_ok;          /* an execute timed out: a late finish is recorded   */
+  int doubted;          /* this EXECUTE retries an attempt whose outcome is  */
+                        /* unknown: "not applied" says nothing of that one   */
   int recover;          /* idem_guard_recover: check, never execute          */
   int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
   int told;             /* the delivery is recorded already                  */
@@ -1033,6 +1035,10 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     return gfail(IDEM_MISUSE, "finish without an EXECUTE step");
   }
   idem__crash_point("after_downstream_return");
+  /* A retry that did not take effect (refused, rate-limited) tells nothing
+  ** of the earlier attempt it repeats, which may have: still in doubt. */
+  if (s->doubted && outcome == IDEM_OUTCOME_NOT_APPLIED)
+    outcome = IDEM_OUTCOME_UNKNOWN;
   state = outcome == IDEM_OUTCOME_APPLIED       ? IDEM_STATE_SUCCEEDED
           : outcome == IDEM_OUTCOME_REJECTED    ? IDEM_STATE_FAILED
           : outcome == IDEM_OUTCOME_NOT_APPLIED ? IDEM_STATE_NOT_APPLIED
@@ -1079,6 +1085,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     if (s->rule->provider_dedupes && now->attempts < s->rule->retries + 1 &&
         now->created + s->rule->provider_key_ttl_s * 1000 > now_ms(s)) {
       s->attempt = now->attempts + 1;
+      s->doubted = 1;
       rc = repend(s, IDEM_STATE_IN_DOUBT, backoff(s->rule, now->attempts));
     } else
       rc = reconcile_own(s, now);
@@ -1099,6 +1106,7 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   if (s->phase != PH_CHECK_OWN && s->phase != PH_CHECK_EARLIER)
     return gfail(IDEM_MISUSE, "resolve without a CHECK step");
   if (outcome == IDEM_OUTCOME_REJECTED) outcome = IDEM_OUTCOME_NOT_APPLIED;
+  s->doubted = 0; /* a check answers for the action as a whole */
   if (result && !(res = result_json(s->c, result, result_len)))
     return gfail(IDEM_NOMEM, "out of memory");
   e = s->phase == PH_CHECK_EARLIER ? s->earlier : NULL;
