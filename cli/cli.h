@@ -101,6 +101,7 @@ typedef struct cli_run_opts {
   int kill_on_deadline;  /* SIGKILL it (its group) past the deadline    */
   int new_group;         /* run it in a process group of its own        */
   size_t max_output;     /* stdout cap                                  */
+  int merge_stderr;      /* its stderr goes where its stdout goes       */
 } cli_run_opts;
 
 typedef struct cli_run_result {
@@ -186,6 +187,7 @@ int cmd_bench(int argc, char **argv);
 int bench_guard(const char *dir, int quick);
 int cmd_exec(int argc, char **argv);
 int cmd_call(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv); /* idem __run: exec's runner, hidden */
 int cmd_ls(int argc, char **argv);
 int cmd_show(int argc, char **argv);

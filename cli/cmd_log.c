@@ -575,8 +575,8 @@ static void *recover_worker(void *arg) {
         if (!have_batch && batch_start(&b, cmd) == 0) have_batch = 1;
         if (have_batch) outcome = check_batch(&b, s, &j->v[i], &result);
       } else {
-        outcome = cli_check(j->policy, s, cmd, j->v[i].session,
-                            j->v[i].call_id, j->v[i].tool, &result);
+        outcome = cli_check(j->policy, s, cmd, j->v[i].session, j->v[i].call_id,
+                            j->v[i].tool, &result);
       }
       rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
       free(result);

@@ -57,8 +57,7 @@ int cli_check(const idem_policy *p, idem_step *s, const char *cmd,
   if (cmd) {
     size_t len;
     char *out = NULL;
-    int outcome =
-        cli_status_check(s, cmd, session, call_id, tool, &out, &len);
+    int outcome = cli_status_check(s, cmd, session, call_id, tool, &out, &len);
     if (outcome == IDEM_OUTCOME_APPLIED) *result = cli_result_json(out, len);
     free(out);
     return outcome;

@@ -108,7 +108,8 @@ char *cli_http_fill(const char *tmpl, int url, const char *args,
         rc = put_value(&b, json_string_value(v), json_string_length(v), url,
                        what, err, errn);
       } else if (json_is_object(v) || json_is_array(v)) {
-        snprintf(err, errn, "%s: the argument is an %s; only a string, a "
+        snprintf(err, errn,
+                 "%s: the argument is an %s; only a string, a "
                  "number, true, false or null fills a template",
                  what, json_is_object(v) ? "object" : "array");
         rc = -1;
@@ -130,8 +131,10 @@ char *cli_http_fill(const char *tmpl, int url, const char *args,
   }
   {
     char *out = malloc(b.len);
-    if (out) memcpy(out, b.p, b.len);
-    else snprintf(err, errn, "out of memory");
+    if (out)
+      memcpy(out, b.p, b.len);
+    else
+      snprintf(err, errn, "out of memory");
     idem__buf_free(&b);
     return out;
   }
@@ -180,11 +183,16 @@ void cli_http_classify(const idem__http_rule *h, int sent, int failed,
                st, CLI_HTTP_MAX_BODY);
     return;
   }
-  if (st == 409) a->outcome = h ? h->on_409 : IDEM_OUTCOME_UNKNOWN;
-  else if (st == 429) a->outcome = h ? h->on_429 : IDEM_OUTCOME_UNKNOWN;
-  else if (st >= 500 && st <= 599) a->outcome = h ? h->on_5xx : IDEM_OUTCOME_UNKNOWN;
-  else if (st >= 400 && st <= 499) a->outcome = IDEM_OUTCOME_REJECTED;
-  else a->outcome = IDEM_OUTCOME_UNKNOWN;
+  if (st == 409)
+    a->outcome = h ? h->on_409 : IDEM_OUTCOME_UNKNOWN;
+  else if (st == 429)
+    a->outcome = h ? h->on_429 : IDEM_OUTCOME_UNKNOWN;
+  else if (st >= 500 && st <= 599)
+    a->outcome = h ? h->on_5xx : IDEM_OUTCOME_UNKNOWN;
+  else if (st >= 400 && st <= 499)
+    a->outcome = IDEM_OUTCOME_REJECTED;
+  else
+    a->outcome = IDEM_OUTCOME_UNKNOWN;
   snprintf(a->error, sizeof a->error, "HTTP %ld (%s)%s%s%s", st,
            outcome_word(a->outcome), *ex ? ": " : "", ex,
            failed ? "; the connection then failed" : "");
@@ -231,7 +239,8 @@ int cli_http_request(const idem__http_rule *h, const char *key,
 
   memset(a, 0, sizeof *a);
   a->outcome = IDEM_OUTCOME_REJECTED;
-  url = cli_http_fill(h->url, 1, args, args_len, key, a->error, sizeof a->error);
+  url =
+      cli_http_fill(h->url, 1, args, args_len, key, a->error, sizeof a->error);
   if (!url) return -1;
   for (i = 0; i < h->nheaders; i++) {
     char *v = cli_http_fill(h->hvalue[i], 0, args, args_len, key, a->error,
@@ -271,7 +280,8 @@ int cli_http_request(const idem__http_rule *h, const char *key,
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, a);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout_ms > 0 ? timeout_ms : 1));
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                   (long)(timeout_ms > 0 ? timeout_ms : 1));
   if (strcmp(h->method, "GET") == 0) {
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
   } else if (h->send_body) {

@@ -14,11 +14,11 @@
 
 /* What one exchange ended with. */
 typedef struct cli_http_answer {
-  int outcome;    /* enum idem_outcome                          */
-  long status;    /* the HTTP status, 0 when none came          */
-  char *body;     /* the response body (malloc, NUL-terminated) */
+  int outcome; /* enum idem_outcome                          */
+  long status; /* the HTTP status, 0 when none came          */
+  char *body;  /* the response body (malloc, NUL-terminated) */
   size_t body_len;
-  int truncated;  /* the body was longer than CLI_HTTP_MAX_BODY */
+  int truncated;   /* the body was longer than CLI_HTTP_MAX_BODY */
   char error[512]; /* why, when the outcome is not APPLIED       */
 } cli_http_answer;
 

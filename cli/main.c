@@ -93,6 +93,21 @@ const cli_verb cli_verbs[] = {
      "\n"
      "  --args JSON    the arguments, a JSON object ('-': stdin; default {})\n"
      "  --verbose      tell each attempt and status check on stderr\n"},
+    {"demo", cmd_demo, "the refund story, end to end, against a simulator",
+     "usage: idem demo [--paysim PATH] [--keep]\n"
+     "\n"
+     "Tell the refund story of SPEC 1 step by step, for real: a payment-\n"
+     "provider simulator (idem-paysim) over HTTP on loopback, the embedded\n"
+     "SQLite store in a temporary directory, and `idem call` as the agent's\n"
+     "harness.  A refund times out after the provider applied it, the\n"
+     "transport retries, the model re-issues the call under a new call id,\n"
+     "the harness is killed mid-call and resumed, the provider crashes and\n"
+     "is recovered, and a legitimate second refund goes through.  Ends by\n"
+     "checking the provider's ledger; exits 0 only when everything matched.\n"
+     "\n"
+     "  --paysim PATH  the simulator (default: $IDEM_PAYSIM, else next to\n"
+     "                 this program, else idem-paysim in PATH)\n"
+     "  --keep         keep the temporary directory (log, ledger, policy)\n"},
     {"__run", cmd_run, NULL, ""},
     {"ls", cmd_ls, "list the records of the attempt log",
      "usage: idem ls [--log URL] [--session S] [--state STATE] [--limit N]\n"

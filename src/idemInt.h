@@ -175,15 +175,15 @@ typedef struct idem__status_rule {
 ** environment variable of the harness.
 */
 typedef struct idem__http_rule {
-  char *method;      /* "GET", "POST", "PUT", "PATCH" or "DELETE"      */
-  char *url;         /* http:// or https:// template                   */
-  char **hname;      /* extra headers: names ...                       */
-  char **hvalue;     /* ... and value templates                        */
+  char *method;  /* "GET", "POST", "PUT", "PATCH" or "DELETE"      */
+  char *url;     /* http:// or https:// template                   */
+  char **hname;  /* extra headers: names ...                       */
+  char **hvalue; /* ... and value templates                        */
   size_t nheaders;
-  char *key_header;  /* guarded: the header carrying the key, or NULL  */
-  int send_body;     /* the arguments are the JSON body                */
-  int on_409;        /* enum idem_outcome of 409, 429 and 5xx answers  */
-  int on_429;        /* (IDEM_OUTCOME_UNKNOWN unless the policy says)  */
+  char *key_header; /* guarded: the header carrying the key, or NULL  */
+  int send_body;    /* the arguments are the JSON body                */
+  int on_409;       /* enum idem_outcome of 409, 429 and 5xx answers  */
+  int on_429;       /* (IDEM_OUTCOME_UNKNOWN unless the policy says)  */
   int on_5xx;
 } idem__http_rule;
 

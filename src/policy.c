@@ -875,22 +875,24 @@ static int parse_http(ctx *c, json_t *v, idem__tool_rule *r) {
     case 4: rc = want_enum(c, e, BODIES, &body); break;
     default:
       if (!(rc = want_enum(c, e, ANSWER_OUTCOMES, &x)))
-        *(f == 5 ? &h->on_409 : f == 6 ? &h->on_429 : &h->on_5xx) =
-            ANSWER_OUTCOME_VALUES[x];
+        *(f == 5   ? &h->on_409
+          : f == 6 ? &h->on_429
+                   : &h->on_5xx) = ANSWER_OUTCOME_VALUES[x];
       break;
     }
     if (rc) return rc;
     path_pop(c, at);
   }
   if (!h->url) return fail(c, "needs a \"url\"");
-  if (!h->method &&
-      !(h->method = idem__strdup(r->cls == IDEM_CLASS_GUARDED ? "POST" : "GET")))
+  if (!h->method && !(h->method = idem__strdup(
+                          r->cls == IDEM_CLASS_GUARDED ? "POST" : "GET")))
     return nomem(c);
   if (r->cls == IDEM_CLASS_GUARDED && !h->key_header &&
       !(h->key_header = idem__strdup("Idempotency-Key")))
     return nomem(c);
-  h->send_body = body >= 0 ? body == 0
-                           : strcmp(h->method, "GET") && strcmp(h->method, "DELETE");
+  h->send_body = body >= 0
+                     ? body == 0
+                     : strcmp(h->method, "GET") && strcmp(h->method, "DELETE");
   if (h->send_body && !strcmp(h->method, "GET")) {
     path_push(c, "body");
     return fail(c, "a GET request has no body; pass the arguments in the "
@@ -1441,14 +1443,30 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
   say_ms(t, r->wait_ms);
   say(t, " for it, then answers in_progress.\n\n");
 
-  say(t, "Under idem exec, the command's exit status ");
-  say_codes(t, r->exit_applied, r->n_exit_applied);
-  say(t, " means applied, ");
-  say_codes(t, r->exit_not_applied, r->n_exit_not_applied);
-  say(t, " not applied (retry allowed), ");
-  say_codes(t, r->exit_rejected, r->n_exit_rejected);
-  say(t, " rejected; any other exit, a signal or the deadline means "
-         "unknown.\n\n");
+  if (r->has_http) {
+    const idem__http_rule *h = &r->http;
+    static const char *const word[] = {"?", "applied", "rejected",
+                                       "not applied", "unknown"};
+    say(t, "It is an HTTP call (idem call): %s ", h->method);
+    say_name(t, h->url, 1);
+    say(t,
+        ", with the key in the %s header%s. Connection refused before "
+        "sending means not applied; a timeout or reset after sending, "
+        "unknown; 2xx applied; 409 %s, 429 %s, 5xx %s; any other 4xx "
+        "rejected.\n\n",
+        h->key_header,
+        h->send_body ? " and the arguments as the JSON body" : "",
+        word[h->on_409], word[h->on_429], word[h->on_5xx]);
+  } else {
+    say(t, "Under idem exec, the command's exit status ");
+    say_codes(t, r->exit_applied, r->n_exit_applied);
+    say(t, " means applied, ");
+    say_codes(t, r->exit_not_applied, r->n_exit_not_applied);
+    say(t, " not applied (retry allowed), ");
+    say_codes(t, r->exit_rejected, r->n_exit_rejected);
+    say(t, " rejected; any other exit, a signal or the deadline means "
+           "unknown.\n\n");
+  }
 
   say(t, "Retention: the record of each call is kept ");
   say_s(t, r->retention_s);

@@ -22,12 +22,14 @@ static int has_string(const json_t *v, const char *key, size_t n) {
   size_t i;
   switch (json_typeof(v)) {
   case JSON_STRING:
-    return json_string_length(v) == n && memcmp(json_string_value(v), key, n) == 0;
+    return json_string_length(v) == n &&
+           memcmp(json_string_value(v), key, n) == 0;
   case JSON_ARRAY:
     json_array_foreach(v, i, e) if (has_string(e, key, n)) return 1;
     return 0;
   case JSON_OBJECT:
-    json_object_foreach((json_t *)(uintptr_t)v, k, e) if (has_string(e, key, n)) return 1;
+    json_object_foreach((json_t *)(uintptr_t)v, k,
+                        e) if (has_string(e, key, n)) return 1;
     return 0;
   default: return 0;
   }

@@ -516,7 +516,8 @@ static void test_retry_after_doubt(void) {
   idem_guard *g = open_guard(p);
   idem_call c = {"sess_6", "toolu_1", "refund_payment", ARGS, strlen(ARGS)};
   idem_step *s = NULL;
-  const char *yes = "{\"data\":[{\"key\":\"sess_6:toolu_1:a280fb850f483293\"}]}";
+  const char *yes =
+      "{\"data\":[{\"key\":\"sess_6:toolu_1:a280fb850f483293\"}]}";
   CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
   CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
   CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, NULL, 0, "timeout"),
