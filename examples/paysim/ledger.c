@@ -73,6 +73,21 @@ static json_t *record_json(const paysim_refund *r) {
                    r->reason, "created_ms", (json_int_t)r->created_ms);
 }
 
+/* R's ledger line with its newline, to go out in one write(), so a crash
+** cuts at most the last line, which load() knows how to drop. */
+static char *record_line(const paysim_refund *r, size_t *len) {
+  json_t *rec = record_json(r);
+  char *text = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+  char *line = text ? malloc((*len = strlen(text)) + 2) : NULL;
+  if (line) {
+    memcpy(line, text, *len);
+    memcpy(line + (*len)++, "\n", 2);
+  }
+  free(text);
+  json_decref(rec);
+  return line;
+}
+
 static int reserve(paysim_ledger *l) {
   paysim_refund *v;
   size_t cap;
@@ -311,8 +326,7 @@ long paysim_ledger_append(paysim_ledger *l, const char *key,
                           const char *reason, char *err, size_t errlen) {
   struct timespec ts;
   paysim_refund r;
-  json_t *rec;
-  char *line = NULL;
+  char *line;
   size_t n = 0;
   off_t at;
   memset(&r, 0, sizeof r);
@@ -323,20 +337,10 @@ long paysim_ledger_append(paysim_ledger *l, const char *key,
   r.key = dupstr(key);
   r.order_id = dupstr(order_id);
   r.reason = dupstr(reason);
-  rec = r.order_id ? record_json(&r) : NULL;
-  if (rec && (line = json_dumps(rec, JSON_COMPACT)) != NULL) {
-    /* The line and its newline go out in one write(), so a crash cuts at
-    ** most the last line, which load() knows how to drop. */
-    char *grown = realloc(line, (n = strlen(line)) + 2);
-    if (grown)
-      memcpy((line = grown) + n++, "\n", 2);
-    else
-      n = 0;
-  }
-  json_decref(rec);
+  line = r.order_id ? record_line(&r, &n) : NULL;
   /* Everything that can fail for memory fails before the write, so a line
   ** on disk is always in the table too. */
-  if ((key && !r.key) || (reason && !r.reason) || n == 0 || reserve(l) != 0 ||
+  if ((key && !r.key) || (reason && !r.reason) || !line || reserve(l) != 0 ||
       (key && json_object_set_new(l->by_key, key,
                                   json_integer((json_int_t)l->n)) != 0)) {
     snprintf(err, errlen, "out of memory");
