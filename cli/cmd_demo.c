@@ -515,7 +515,7 @@ static void story(demo *d) {
   total = ledger_count(d, NULL, &cents, &twice, 1);
   expect(d, total == 4 && cents == 6000 + 4500 + 2599 + 1000 && twice == 0,
          "%d refunds, %lld.%02lld in all, no key applied twice (want 4, "
-         "141.99)",
+         "140.99)",
          total, cents / 100, cents % 100);
 }
 

@@ -1141,7 +1141,9 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
     else
       rc = decide(s);
   } else if (now->state == IDEM_STATE_SUCCEEDED) {
-    rc = answer_outcome(s, now, 1);
+    /* this call's own timed-out attempt, settled: not a replay; a resumed
+    ** action of an earlier run is one */
+    rc = answer_outcome(s, now, !s->late_ok);
   } else {
     rc = answer(s, IDEM_ANSWER_FAILED, 0, now->attempts, NULL, NULL,
                 "The %s call did not take effect (a status check confirmed "
