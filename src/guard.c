@@ -55,6 +55,9 @@
 #define RACE_LIMIT 16 /* re-decisions after lost races before giving up */
 
 #define CANON_POOL 64
+#define WORKER_IDLE_S 30 /* an idle worker of idem_guard_call lives this long */
+
+typedef struct workers workers;
 
 struct idem_guard {
   unsigned magic;
@@ -68,6 +71,7 @@ struct idem_guard {
   ** never fetches SHA-256 from libcrypto again */
   idem_canon *pool[CANON_POOL];
   int npool;
+  workers *workers; /* idem_guard_call's tool threads, made on first use */
 };
 
 enum phase {
@@ -746,6 +750,8 @@ int idem_guard_open(const char *log_url, const idem_policy *policy,
   return rc;
 }
 
+static void workers_release(workers *w);
+
 static void guard_unref(idem_guard *g) {
   int last;
   pthread_mutex_lock(&g->mu);
@@ -754,6 +760,7 @@ static void guard_unref(idem_guard *g) {
   if (!last) return;
   if (g->st) g->st->vt->close(g->st);
   while (g->npool > 0) idem_canon_close(g->pool[--g->npool]);
+  workers_release(g->workers);
   pthread_mutex_destroy(&g->mu);
   g->magic = IDEM__MAGIC_DEAD;
   idem__free(g);
@@ -1321,8 +1328,7 @@ static void job_unref(run_job *j) {
   idem__free(j);
 }
 
-static void *job_main(void *arg) {
-  run_job *j = arg;
+static void job_run(run_job *j) {
   char *result = NULL, *error = NULL;
   int outcome, abandoned;
   outcome = (j->is_check ? j->tool.check : j->tool.run)(
@@ -1341,7 +1347,122 @@ static void *job_main(void *arg) {
     idem_guard_late(j->g, j->session, j->call_id, j->token, outcome, result,
                     result ? strlen(result) : 0, error);
   job_unref(j);
+}
+
+/*
+** The threads that run tools for idem_guard_call: a job goes to an idle
+** worker when there is one, else to a new thread (a tool that hangs keeps
+** its worker, never the next call's).  A worker idle for WORKER_IDLE_S
+** seconds ends.  The set outlives its guard until its last thread ends:
+** the guard holds one reference, every thread one.
+*/
+struct workers {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  run_job **queue; /* jobs not yet taken, a ring */
+  size_t cap, head, n;
+  int idle, refs, closing;
+};
+
+static void workers_unref_locked(workers *w) {
+  if (--w->refs > 0) {
+    pthread_mutex_unlock(&w->mu);
+    return;
+  }
+  pthread_mutex_unlock(&w->mu);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  idem__free(w->queue);
+  idem__free(w);
+}
+
+static void *worker_main(void *arg) {
+  workers *w = arg;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    run_job *j;
+    if (w->n == 0 && !w->closing) {
+      struct timespec until;
+      int rc = 0;
+      clock_gettime(CLOCK_MONOTONIC, &until);
+      until.tv_sec += WORKER_IDLE_S;
+      w->idle++;
+      while (w->n == 0 && !w->closing && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+      w->idle--;
+    }
+    if (w->n == 0) break; /* idle too long, or the guard is gone */
+    j = w->queue[w->head];
+    w->head = (w->head + 1) % w->cap;
+    w->n--;
+    pthread_mutex_unlock(&w->mu);
+    job_run(j);
+    pthread_mutex_lock(&w->mu);
+  }
+  workers_unref_locked(w);
   return NULL;
+}
+
+static void workers_release(workers *w) {
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  w->closing = 1;
+  pthread_cond_broadcast(&w->cv);
+  workers_unref_locked(w);
+}
+
+/* Hand job j to a worker of g's set.  0, or -1 when no thread could take
+** it (j untouched). */
+static int workers_post(idem_guard *g, run_job *j) {
+  pthread_condattr_t ca;
+  pthread_attr_t ta;
+  pthread_t th;
+  workers *w;
+  int rc = 0;
+  pthread_mutex_lock(&g->mu);
+  if (!g->workers && (g->workers = idem__malloc(sizeof *g->workers))) {
+    w = g->workers;
+    memset(w, 0, sizeof *w);
+    w->refs = 1;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&w->mu, NULL);
+  }
+  w = g->workers;
+  pthread_mutex_unlock(&g->mu);
+  if (!w) return -1;
+  pthread_mutex_lock(&w->mu);
+  if (w->n == w->cap) { /* grow the ring, keeping its order */
+    size_t cap = w->cap ? 2 * w->cap : 8, i;
+    run_job **q = idem__malloc(cap * sizeof *q);
+    if (!q) {
+      pthread_mutex_unlock(&w->mu);
+      return -1;
+    }
+    for (i = 0; i < w->n; i++) q[i] = w->queue[(w->head + i) % w->cap];
+    idem__free(w->queue);
+    w->queue = q;
+    w->cap = cap;
+    w->head = 0;
+  }
+  if (w->idle <= (int)w->n) { /* every idle worker is spoken for */
+    pthread_attr_init(&ta);
+    pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &ta, worker_main, w) == 0)
+      w->refs++;
+    else if (w->idle == 0)
+      rc = -1;
+    pthread_attr_destroy(&ta);
+  }
+  if (rc == 0) {
+    w->queue[(w->head + w->n) % w->cap] = j;
+    w->n++;
+    pthread_cond_signal(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return rc;
 }
 
 /* Run the tool (or its check) for at most deadline_ms.  On time: 0 and the
@@ -1352,8 +1473,6 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
                     char **error) {
   run_job *j = idem__malloc(sizeof *j);
   pthread_condattr_t ca;
-  pthread_attr_t ta;
-  pthread_t th;
   struct timespec until;
   const char *key = is_check ? idem_step_check_key(s) : s->key;
   size_t alen;
@@ -1389,15 +1508,11 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   pthread_cond_init(&j->cv, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&j->mu, NULL);
-  pthread_attr_init(&ta);
-  pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&th, &ta, job_main, j) != 0) {
-    pthread_attr_destroy(&ta);
+  if (workers_post(s->g, j) != 0) {
     j->refs = 1;
     job_unref(j);
     return gfail(IDEM_ERROR, "cannot start a worker thread");
   }
-  pthread_attr_destroy(&ta);
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += (time_t)(deadline_ms / 1000);
   until.tv_nsec += (long)(deadline_ms % 1000) * 1000000L;
