@@ -532,6 +532,8 @@ static enum MHD_Result get_mode(struct MHD_Connection *c) {
   pthread_mutex_lock(&S.mu);
   now = mode_json();
   pthread_mutex_unlock(&S.mu);
+  say("GET /_mode -> 200 mode=%s",
+      json_string_value(json_object_get(now, "mode")));
   return send_json(c, 200, now, NULL, NULL);
 }
 
