@@ -705,6 +705,11 @@ def case_cli(d):
     s2 = Sim(d, ledger=os.path.join(d, "third.jsonl"))  # a free port still
     eq(s2.get("/_mode").json()["stall_ms"], 30000, "default stall_ms")
     t.wait_port()  # the port was free again after the first one stopped
+    taken = Sim(d, ledger=os.path.join(d, "fourth.jsonl"),
+                args=["--port", str(port)], expect_start=False)
+    eq(taken.p.wait(timeout=20), 1, "exit status when the port is taken")
+    expect("paysim: cannot listen on 127.0.0.1:%d" % port in taken.stderr(),
+           "message when the port is taken", taken.stderr())
     t.stop()
     s2.stop()
 
