@@ -149,8 +149,9 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- responses ---------------------------------------------------------- */
 
-/* Send BODY (taken) as JSON with STATUS.  A NULL body (out of memory) ends
-** the connection without an answer. */
+/* Send BODY (taken) as JSON with STATUS.  A NULL body (out of memory; a
+** json_pack given a NULL part also gives NULL) ends the connection without
+** an answer rather than with a wrong one. */
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
                                  json_t *body, const char *header,
                                  const char *value) {
@@ -464,7 +465,7 @@ static enum MHD_Result get_refunds(struct MHD_Connection *c, const char *id) {
                    : "",
       key ? shown(key, rid, sizeof rid) : "", json_array_size(list));
   return send_json(c, 200,
-                   json_pack("{s:s, s:o*}", "object", "list", "data", list),
+                   json_pack("{s:s, s:o}", "object", "list", "data", list),
                    NULL, NULL);
 }
 
@@ -479,7 +480,7 @@ static enum MHD_Result get_ledger(struct MHD_Connection *c) {
     }
   pthread_mutex_unlock(&S.mu);
   say("GET /_ledger -> 200 (%zu refunds)", json_array_size(all));
-  return send_json(c, 200, json_pack("{s:o*}", "refunds", all), NULL, NULL);
+  return send_json(c, 200, json_pack("{s:o}", "refunds", all), NULL, NULL);
 }
 
 /* Under S.mu. */
@@ -532,6 +533,8 @@ static enum MHD_Result get_mode(struct MHD_Connection *c) {
   pthread_mutex_lock(&S.mu);
   now = mode_json();
   pthread_mutex_unlock(&S.mu);
+  say("GET /_mode -> 200 mode=%s",
+      json_string_value(json_object_get(now, "mode")));
   return send_json(c, 200, now, NULL, NULL);
 }
 
