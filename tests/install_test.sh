@@ -13,7 +13,7 @@ ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 
 cmake --install "$build" --prefix "$tmp/p" >/dev/null || bad "cmake --install failed"
-for f in bin/idem lib/libidem.a lib/libidem.so include/idem.h include/idem_version.h \
+for f in bin/idem bin/idem-paysim lib/libidem.a lib/libidem.so include/idem.h include/idem_version.h \
          lib/pkgconfig/idem.pc lib/cmake/idem/idemConfig.cmake share/man/man1/idem.1; do
   if [ -e "$tmp/p/$f" ]; then ok; else bad "missing $f"; fi
 done
