@@ -97,6 +97,7 @@ static int find_paysim(demo *d, const char *given) {
   const char *slash = strrchr(d->self, '/');
   int len = slash ? (int)(slash - d->self) : 1;
   const char *env = getenv("IDEM_PAYSIM");
+  if (env && !*env) env = NULL;
   const char *const rel[] = {"idem-paysim", "examples/paysim/idem-paysim",
                              "../examples/paysim/idem-paysim"};
   size_t i;
