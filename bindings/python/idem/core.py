@@ -3,6 +3,7 @@ import ctypes
 import json
 import threading
 from collections import namedtuple
+from collections.abc import Mapping
 
 from . import _lib as L
 from .errors import MisuseError, InvalidError, error_for
@@ -61,6 +62,17 @@ def _text(value, what):
             raise InvalidError("%s cannot be encoded as JSON: %s" % (what, e))
     raise MisuseError("%s must be a JSON text (str or bytes) or a dict, not %s"
                       % (what, t.__name__))
+
+
+def _args_text(args):
+    """Tool arguments: a JSON text (str, bytes) as the model sent it, or a
+    mapping; anything else is the caller's mistake."""
+    if isinstance(args, (str, bytes, bytearray, memoryview)):
+        return _text(args, "args")
+    if isinstance(args, Mapping):
+        return _text(args if type(args) is dict else dict(args), "args")
+    raise MisuseError("args must be a JSON text (str or bytes) or a dict, "
+                      "not %s" % type(args).__name__)
 
 
 def _name(value, what):
@@ -123,7 +135,7 @@ def key(session, call_id, tool, args, key_arg=None, key_max_len=0):
     (NotObjectError when they are not an object)."""
     c = L.Call(_name(session, "session"), _name(call_id, "call_id"),
                _name(tool, "tool"), None, 0)
-    a = _text(args, "args")
+    a = _args_text(args)
     c.args = a
     c.args_len = len(a)
     spec = None

@@ -23,7 +23,7 @@ import time
 import weakref
 
 from . import _lib as L
-from .core import Policy, _dumps, _name, _text, _decode, CLASSES
+from .core import Policy, _dumps, _name, _text, _args_text, _decode, CLASSES
 from .errors import (MisuseError, IdemError, ToolOutcome, error_for)
 
 
@@ -181,7 +181,7 @@ class Guard:
         are answers (the step says ANSWER), not exceptions; StoreError means
         the log failed and nothing may be called downstream."""
         g = self._h()
-        a = _text(args, "args")
+        a = _args_text(args)
         c = _Call(_name(session, "session"), _name(call_id, "call_id"),
                   _name(tool, "tool"), a, len(a))
         s = _c_void_p()
@@ -548,7 +548,7 @@ class GuardedTool:
             except (TypeError, ValueError) as e:
                 raise error_for(4, "args cannot be encoded as JSON: %s" % e)
         else:
-            a = _text(args, "args")
+            a = _args_text(args)
         if type(session) is not str or type(call_id) is not str or \
                 not session or not call_id or "\0" in session or \
                 "\0" in call_id:
