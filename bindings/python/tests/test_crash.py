@@ -73,3 +73,35 @@ class Crashes(LogTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+EXIT_EARLY = """
+import sys, time
+sys.path.insert(0, %(pkg)r)
+import idem
+pol = idem.Policy(text='{"tools":{"refund_payment":{"class":"guarded",'
+                  '"timeout_ms":200,"retries":0}}}')
+g = idem.Guard(sys.argv[1], pol)
+def refund(args, key):
+    time.sleep(0.6)
+    return {"refund_id": "re_late"}
+t = g.tool("refund_payment")(refund)
+print(t.call_json("sess", "toolu_1", '{"order_id":"ord_1"}'))
+# the script ends here, while refund() is still running on the worker
+"""
+
+
+class ExitWhileToolRuns(LogTest):
+    def test_late_result_recorded_at_exit(self):
+        from tests.support import idem, PKG
+        log = self.log()
+        r = subprocess.run([sys.executable, "-c", EXIT_EARLY % {"pkg": PKG},
+                            log], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["status"], "outcome_unknown")
+        self.assertEqual(r.stderr, "")
+        with idem.Guard(log, None) as g:
+            rec = g.record("sess", "toolu_1")
+        self.assertEqual(rec["state"], "succeeded")
+        self.assertEqual(rec["resolution"], "late")
+        self.assertEqual(rec["result"], {"refund_id": "re_late"})
