@@ -60,19 +60,31 @@ _guard_call = L.guard_call_fast
 _free = L.free_fast
 _loads = json.loads
 _tls = threading.local()
+_c_char_p = ctypes.c_char_p
+_pack_call = struct.Struct("PPPPN").pack  # an idem_call, as bytes
 _OFF = L.BYTES_OFFSET
-_pack_call = struct.Struct("PPPPN").pack_into
 
 
-class _CharArrays(dict):
-    """c_char * n for each length n, made once."""
-
-    def __missing__(self, n):
-        t = self[n] = ctypes.c_char * n
-        return t
+_sessions = {}
 
 
-_c_char_arr = _CharArrays()
+def _slow_session(session):
+    s = _name(session, "session")
+    if len(_sessions) >= 1024:
+        _sessions.clear()
+    _sessions[session] = s
+    return s
+
+
+def _slow_args(args):
+    if type(args) is str:
+        return args.encode("utf-8", "surrogatepass")
+    if type(args) is dict:
+        try:
+            return _dumps(args).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError) as e:
+            raise error_for(4, "args cannot be encoded as JSON: %s" % e)
+    return _args_text(args)
 
 
 class Envelope(dict):
@@ -425,7 +437,8 @@ _registry = weakref.WeakValueDictionary()
 _next_id = iter(range(1, 1 << 62))
 _inflight = 0
 _inflight_lock = threading.Lock()
-_abandoned = False
+_last_end = 0.0  # when the last tool run ended (time.monotonic())
+_runs = []  # not empty once a call answered while a tool run went on
 exit_wait_s = float(os.environ.get("IDEM_EXIT_WAIT_S", "10"))
 
 
@@ -443,7 +456,7 @@ def _give(pp, data):
 
 
 def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
-    global _inflight
+    global _inflight, _last_end
     with _inflight_lock:
         _inflight += 1
     try:
@@ -475,6 +488,7 @@ def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
     finally:
         with _inflight_lock:
             _inflight -= 1
+            _last_end = time.monotonic()
 
 
 @L.TOOL_FN
@@ -491,12 +505,13 @@ def _check_cb(ctx, key, args, args_len, result_pp, error_pp):
 def _wait_inflight():
     """At exit, give tool runs the guard stopped waiting for a bounded time
     to end, so that their late results are recorded."""
-    if not _abandoned:
+    grace = 0.25  # for the worker's own write of the late result
+    if not _inflight and not _runs:
         return
     until = time.monotonic() + exit_wait_s
     while _inflight and time.monotonic() < until:
         time.sleep(0.01)
-    time.sleep(0.2)  # the worker's own write of the late result
+    time.sleep(max(0.0, grace - (time.monotonic() - _last_end)))
 
 
 class GuardedTool:
@@ -530,60 +545,63 @@ class GuardedTool:
         self._ctool = L.Tool(_run_cb, _check_cb if status else L.TOOL_FN(),
                              self._id)
         self._ctool_ref = _byref(self._ctool)
+        self._name_addr = id(self._name) + (_OFF or 0)
         self.__name__ = getattr(fn, "__name__", name)
         self.__doc__ = getattr(fn, "__doc__", None)
 
     def call_json(self, session, call_id, args):
         """Guard one call; the envelope's JSON text, unparsed."""
-        global _abandoned
-        g = self.guard._gp
-        if g is None:
-            raise MisuseError("the guard is closed")
-        t = type(args)
-        if t is str:
-            a = args.encode("utf-8", "surrogatepass")
-        elif t is dict:
-            try:
-                a = _dumps(args).encode("utf-8", "surrogatepass")
-            except (TypeError, ValueError) as e:
-                raise error_for(4, "args cannot be encoded as JSON: %s" % e)
-        else:
-            a = _args_text(args)
-        if type(session) is not str or type(call_id) is not str or \
-                not session or not call_id or "\0" in session or \
-                "\0" in call_id:
-            _name(session, "session")
-            _name(call_id, "call_id")
-        # This thread's call struct and out-parameters, made once: a replay
-        # is then one pack_into and two foreign calls.
+        # The replay's path, kept short: a few type tests, the idem_call
+        # packed into a bytes object (its pointers are the buffers of s, i,
+        # self._name and a, which stay referenced until the call returns),
+        # the call, one copy of the envelope, its free.  Odd input takes the
+        # slow way (_slow_*) for its checks and messages.  Sessions repeat
+        # from call to call: their checked, encoded form is kept.
         try:
-            c, rc_, ro, rn, out, n = _tls.call
-        except AttributeError:
-            c, out, n = _Call(), _c_void_p(), _c_size_t()
-            rc_, ro, rn = _byref(c), _byref(out), _byref(n)
-            _tls.call = c, rc_, ro, rn, out, n
-        s = session.encode("utf-8", "surrogatepass")
-        i = call_id.encode("utf-8", "surrogatepass")
-        if _OFF is not None:
-            # s, i, self._name and a stay referenced until the call returns
-            _pack_call(c, 0, id(s) + _OFF, id(i) + _OFF, id(self._name) + _OFF,
-                       id(a) + _OFF, len(a))
-        else:
-            c.session, c.call_id, c.tool, c.args = s, i, self._name, a
-            c.args_len = len(a)
-        t0 = _inflight
-        rc = _guard_call(g, rc_, self._ctool_ref, ro, rn)
+            s = _sessions[session]
+        except (KeyError, TypeError):
+            s = _slow_session(session)
+        try:
+            if type(call_id) is not str or not call_id or "\0" in call_id:
+                raise UnicodeError
+            i = call_id.encode()
+            a = args.encode() if type(args) is str else _slow_args(args)
+        except UnicodeError:
+            i = _name(call_id, "call_id")
+            a = _slow_args(args)
+        out = _c_char_p()
+        rc = _guard_call(self.guard._gp, _pack_call(
+            id(s) + _OFF, id(i) + _OFF, self._name_addr, id(a) + _OFF,
+            len(a)), self._ctool_ref, _byref(out), None)
         if rc:
-            if out.value:
+            if out:
                 _free(out)
+            if self.guard._g is None:
+                raise MisuseError("the guard is closed")
             raise _err(self.guard._g, rc)
-        try:
-            text = _c_char_arr[n.value].from_address(out.value).raw.decode()
-        finally:
+        text = out.value  # the envelope: NUL-terminated JSON
+        _free(out)
+        if _inflight:  # a tool run goes on past its answer (or another's)
+            _runs.append(1)
+        return text.decode()
+
+    if _OFF is None:  # not CPython's layout: a ctypes idem_call per call
+        def call_json(self, session, call_id, args):  # noqa: F811
+            """Guard one call; the envelope's JSON text, unparsed."""
+            s = _name(session, "session")
+            i = _name(call_id, "call_id")
+            a = _slow_args(args)
+            out = _c_char_p()
+            rc = _guard_call(self.guard._gp,
+                             _byref(_Call(s, i, self._name, a, len(a))),
+                             self._ctool_ref, _byref(out), None)
+            if rc:
+                if out:
+                    _free(out)
+                raise _err(self.guard._g or 0, rc)
+            text = out.value
             _free(out)
-        if _inflight or t0:
-            _abandoned = True
-        return text
+            return text.decode()
 
     def __call__(self, session, call_id, args):
         return Envelope(self.call_json(session, call_id, args))
