@@ -15,11 +15,20 @@ ROUNDS times each way, alternating, in this one process on this one log:
 
 The best round's mean per replay counts on each side; the ratios are to
 `c`.  One JSON object per figure.  Not a test: nothing asserts a time.
+
+    python3 bindings/python/bench.py --instructions
+
+counts instead of timing (for a noisy machine): runs itself under
+valgrind's callgrind once per form with no replay round and once with two,
+and reports the instructions per replay of each form (the difference over
+2 x CALLS replays) and their ratio to `c`.
 """
 import argparse
 import ctypes
 import json
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +52,11 @@ def main():
         "libidem_bench_replay.so"))
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--only", choices=("c", "text", "dict", "input"))
+    ap.add_argument("--instructions", action="store_true")
     o = ap.parse_args()
+    if o.instructions:
+        return instructions(o)
     mod = ctypes.CDLL(o.module)
     mod.idem_bench_replay_c.restype = ctypes.c_double
     mod.idem_bench_replay_c.argtypes = (ctypes.c_void_p,
@@ -81,6 +94,11 @@ def main():
                  "text": lambda: py_round(cj, texts),
                  "dict": lambda: py_round(tool, texts),
                  "input": lambda: py_round(tool, dicts)}
+        if o.only:
+            forms = {o.only: forms[o.only]}
+            for r in range(o.rounds):
+                forms[o.only]()
+            return
         best = {k: float("inf") for k in forms}
         for r in range(o.rounds + 1):  # round 0 warms up
             for k, fn in forms.items():
@@ -98,6 +116,30 @@ def main():
         for f in os.listdir(d):
             os.unlink(os.path.join(d, f))
         os.rmdir(d)
+
+
+def instructions(o):
+    def count(form, rounds):
+        out = os.path.join(tempfile.mkdtemp(prefix="idem-cg-"), "cg.out")
+        r = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+             sys.executable, os.path.abspath(__file__), "--module", o.module,
+             "--calls", str(o.calls), "--rounds", str(rounds), "--only",
+             form], capture_output=True, text=True, check=True)
+        os.unlink(out)
+        os.rmdir(os.path.dirname(out))
+        return int(re.search(r"Collected : (\d+)", r.stderr).group(1))
+
+    base = {}
+    per = {}
+    for form in ("c", "text", "dict", "input"):
+        base[form] = count(form, 0)
+        per[form] = (count(form, 2) - base[form]) / (2 * o.calls)
+    for form in per:
+        print(json.dumps({
+            "bench": "python_replay_instructions", "form": form,
+            "calls": o.calls, "instructions": round(per[form]),
+            "ratio_to_c": round(per[form] / per["c"], 3)}))
 
 
 if __name__ == "__main__":

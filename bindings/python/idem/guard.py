@@ -569,10 +569,14 @@ class GuardedTool:
         except UnicodeError:
             i = _name(call_id, "call_id")
             a = _slow_args(args)
-        out = _c_char_p()
+        try:
+            out, ro = _tls.out
+        except AttributeError:
+            out = _c_char_p()
+            out, ro = _tls.out = out, _byref(out)
         rc = _guard_call(self.guard._gp, _pack_call(
             id(s) + _OFF, id(i) + _OFF, self._name_addr, id(a) + _OFF,
-            len(a)), self._ctool_ref, _byref(out), None)
+            len(a)), self._ctool_ref, ro, None)
         if rc:
             if out:
                 _free(out)
