@@ -131,7 +131,26 @@ def _outcome(o):
         raise MisuseError("not an outcome: %r" % (o,)) from None
 
 
-class Guard:
+class _Handle:
+    """A C handle released by close(), by a with block, or when the object
+    goes (not at interpreter exit, when the library may be gone)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Guard(_Handle):
     """A guard on an attempt log.
 
     ``log`` is "sqlite:PATH", "postgres://..." or a plain path; None means
@@ -175,16 +194,6 @@ class Guard:
             self._gp = None
             L.guard_close(self._g)
             self._g = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_g", None) is not None and L.guard_close:
-            self.close()
 
     # ---- the two-phase API -------------------------------------------------
 
@@ -291,7 +300,22 @@ class Guard:
         return t(session, call_id, args)
 
 
-class Step:
+def _step_text(step, fn):
+    """A (pointer, length) accessor's text, or None."""
+    n = _c_size_t()
+    p = fn(step._h(), _byref(n))
+    return _string_at(p, n.value).decode("utf-8") if p else None
+
+
+def _accessor(fn, convert, doc):
+    """A read-only property of a Step over the accessor fn: convert is
+    applied to its value, or None for a (pointer, length) text."""
+    if convert is None:
+        return property(lambda self: _step_text(self, fn), doc=doc)
+    return property(lambda self: convert(fn(self._h())), doc=doc)
+
+
+class Step(_Handle):
     """One call walked through the guard.  Read ``next`` and act:
 
     EXECUTE  call the tool with ``key`` and ``args`` within ``deadline_ms``
@@ -319,16 +343,6 @@ class Step:
         if self._s is not None:
             L.step_free(self._s)
             self._s = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_s", None) is not None and L.step_free:
-            self.close()
 
     def _check(self, rc):
         if rc:
@@ -361,51 +375,25 @@ class Step:
         """The model has been given the envelope."""
         self._check(L.step_delivered(self._h()))
 
-    def _bytes(self, fn):
-        n = _c_size_t()
-        p = fn(self._h(), _byref(n))
-        return _string_at(p, n.value).decode("utf-8") if p else None
-
-    @property
-    def key(self):
-        return _decode(L.step_key(self._h()))
-
-    @property
-    def args(self):
-        """The arguments to send: canonical JSON text, key_arg filled."""
-        return self._bytes(L.step_args)
-
-    @property
-    def check_tool(self):
-        return _decode(L.step_check_tool(self._h()))
-
-    @property
-    def check_args(self):
-        return self._bytes(L.step_check_args)
-
-    @property
-    def check_command(self):
-        return _decode(L.step_check_command(self._h()))
-
-    @property
-    def check_key(self):
-        return _decode(L.step_check_key(self._h()))
-
-    @property
-    def check_target(self):
-        return self._bytes(L.step_check_target)
-
-    @property
-    def attempt(self):
-        return L.step_attempt(self._h())
-
-    @property
-    def deadline_ms(self):
-        return L.step_deadline_ms(self._h())
-
-    @property
-    def delay_ms(self):
-        return L.step_delay_ms(self._h())
+    key = _accessor(L.step_key, _decode, "the idempotency key")
+    args = _accessor(L.step_args, None, "the arguments to send: canonical "
+                     "JSON text, the key written into key_arg")
+    check_tool = _accessor(L.step_check_tool, _decode,
+                           "the policy's status tool (CHECK), or None")
+    check_args = _accessor(L.step_check_args, None,
+                           "the status tool's arguments (JSON text)")
+    check_command = _accessor(L.step_check_command, _decode,
+                              "the policy's status command, or None")
+    check_key = _accessor(L.step_check_key, _decode,
+                          "the key of the action under check")
+    check_target = _accessor(L.step_check_target, None,
+                             "the canonical arguments of the action under "
+                             "check")
+    attempt = _accessor(L.step_attempt, int, "the coming attempt (1, 2, ...)")
+    deadline_ms = _accessor(L.step_deadline_ms, int,
+                            "the deadline of the coming EXECUTE or CHECK")
+    delay_ms = _accessor(L.step_delay_ms, int, "wait this long first")
+    token = _accessor(L.step_token, int, "the fencing token the step holds")
 
     @property
     def answer(self):
@@ -413,12 +401,9 @@ class Step:
         return ANSWERS.get(L.step_answer(self._h()))
 
     @property
-    def token(self):
-        return L.step_token(self._h())
-
-    @property
     def envelope(self):
-        t = self._bytes(L.step_envelope)
+        """The Envelope, once the step says ANSWER (else None)."""
+        t = _step_text(self, L.step_envelope)
         return Envelope(t) if t is not None else None
 
 
