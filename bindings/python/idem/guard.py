@@ -296,6 +296,8 @@ class Guard(_Handle):
         k = (tool, run, status)
         t = self._tools.get(k)
         if t is None:
+            if len(self._tools) >= 256:  # callers that make a lambda a call
+                self._tools.clear()
             t = self._tools[k] = GuardedTool(self, tool, run, status)
         return t(session, call_id, args)
 

@@ -133,6 +133,23 @@ class RefundStory(LogTest):
         self.assertEqual(self.p.applied(), 1)
         self.assertEqual(self.p.checks, 1)
 
+    def test_status_function_that_fails_leaves_it_unknown(self):
+        def broken_status(args, key):
+            raise ConnectionError("status API down")
+        refund = self.guard.tool("refund_payment",
+                                 status=broken_status)(self.p.refund)
+        self.p.reset("boom")
+        env = refund("sess_7", "toolu_1", ARGS)
+        self.assertEqual(env["status"], "outcome_unknown")
+        self.assertEqual(env["check_with"]["tool"], "get_refund_status")
+        self.assertEqual(self.guard.record("sess_7", "toolu_1")["state"],
+                         "in_doubt")
+        # a re-issue with a new id is fenced, the provider is not called
+        env = refund("sess_7", "toolu_2", ARGS)
+        self.assertEqual(env["status"], "outcome_unknown")
+        self.assertEqual(env["duplicate_of"], "toolu_1")
+        self.assertEqual(self.p.applied(), 1)
+
     def test_timeout_reconciled_by_status_function(self):
         self.p.reset("stall", 0.9)
         t0 = time.monotonic()
@@ -247,6 +264,40 @@ class TwoPhase(LogTest):
         guard.close()
         with self.assertRaises(idem.MisuseError):
             guard.begin("s", "c", "refund_payment", ARGS)
+
+
+class CallAndLate(LogTest):
+    def test_guard_call_and_late_by_token(self):
+        p = Provider()
+        with idem.Guard(self.log(), policy(NOCHECK_POLICY)) as g:
+            # guard.call: the same as a decorated tool
+            env = g.call("sess_6", "toolu_1", "refund_payment", ARGS,
+                         p.refund)
+            self.assertEqual(env["status"], "succeeded")
+            env = g.call("sess_6", "toolu_1", "refund_payment", ARGS,
+                         p.refund)
+            self.assertIs(env["replayed"], True)
+            self.assertEqual(p.applied(), 1)
+            # a result that arrives elsewhere, after the deadline, by token
+            args2 = '{"order_id":"ord_2","amount_cents":1}'
+            with g.begin("sess_6", "toolu_2", "refund_payment", args2) as s:
+                self.assertEqual(s.next, idem.Next.EXECUTE)
+                token = s.token
+                s.finish(idem.UNKNOWN, error="timeout")
+                self.assertEqual(s.answer, "outcome_unknown")
+                self.assertNotIn("check_with", s.envelope)  # no status
+            self.assertEqual(g.record("sess_6", "toolu_2")["state"],
+                             "in_doubt")
+            g.late("sess_6", "toolu_2", token, idem.APPLIED,
+                   {"refund_id": "re_late"})
+            rec = g.record("sess_6", "toolu_2")
+            self.assertEqual((rec["state"], rec["resolution"]),
+                             ("succeeded", "late"))
+            self.assertEqual(rec["result"], {"refund_id": "re_late"})
+            # a second late result changes nothing
+            g.late("sess_6", "toolu_2", token, idem.REJECTED, error="x")
+            self.assertEqual(g.record("sess_6", "toolu_2")["state"],
+                             "succeeded")
 
 
 class PolicyKeysCanon(unittest.TestCase):
