@@ -26,6 +26,19 @@ from .guard import (Guard, Step, GuardedTool, Envelope, Outcome, Next)
 from .harness import ToolCall
 from . import _lib
 
+__all__ = [
+    "IdemError", "LibraryNotFound", "NoMemoryError", "MisuseError",
+    "InvalidError", "RangeError", "IdemIOError", "JSONError",
+    "JSONSyntaxError", "TrailingBytesError", "UTF8Error", "SurrogateError",
+    "DuplicateMemberError", "NumberOverflowError", "NumberUnderflowError",
+    "BigIntError", "DepthError", "TooBigError", "BOMError", "NotObjectError",
+    "PolicyError", "NotFoundError", "StoreError", "BusyError", "CorruptError",
+    "StaleError", "ToolOutcome", "Rejected", "NotApplied",
+    "canon", "key", "Key", "Policy", "strerror", "version",
+    "Guard", "Step", "GuardedTool", "Envelope", "Outcome", "Next", "ToolCall",
+    "APPLIED", "REJECTED", "NOT_APPLIED", "UNKNOWN", "library_path",
+]
+
 __version__ = "0.1.0"
 library_path = _lib.path
 

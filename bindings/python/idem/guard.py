@@ -24,7 +24,7 @@ import weakref
 
 from . import _lib as L
 from .core import Policy, _dumps, _name, _text, _args_text, _decode, CLASSES
-from .errors import (MisuseError, IdemError, ToolOutcome, error_for)
+from .errors import MisuseError, ToolOutcome, error_for
 
 
 class Outcome(enum.IntEnum):
@@ -576,23 +576,28 @@ class GuardedTool:
             _runs.append(1)
         return text.decode()
 
-    if _OFF is None:  # not CPython's layout: a ctypes idem_call per call
-        def call_json(self, session, call_id, args):  # noqa: F811
-            """Guard one call; the envelope's JSON text, unparsed."""
-            s = _name(session, "session")
-            i = _name(call_id, "call_id")
-            a = _slow_args(args)
-            out = _c_char_p()
-            rc = _guard_call(self.guard._gp,
-                             _byref(_Call(s, i, self._name, a, len(a))),
-                             self._ctool_ref, _byref(out), None)
-            if rc:
-                if out:
-                    _free(out)
-                raise _err(self.guard._g or 0, rc)
-            text = out.value
-            _free(out)
-            return text.decode()
-
     def __call__(self, session, call_id, args):
         return Envelope(self.call_json(session, call_id, args))
+
+
+def _call_json_portable(self, session, call_id, args):
+    """GuardedTool.call_json where CPython's bytes layout is not known: a
+    ctypes idem_call per call."""
+    s = _name(session, "session")
+    i = _name(call_id, "call_id")
+    a = _slow_args(args)
+    out = _c_char_p()
+    rc = _guard_call(self.guard._gp,
+                     _byref(_Call(s, i, self._name, a, len(a))),
+                     self._ctool_ref, _byref(out), None)
+    if rc:
+        if out:
+            _free(out)
+        raise _err(self.guard._g or 0, rc)
+    text = out.value
+    _free(out)
+    return text.decode()
+
+
+if _OFF is None:
+    GuardedTool.call_json = _call_json_portable

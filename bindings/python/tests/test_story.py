@@ -300,6 +300,25 @@ class CallAndLate(LogTest):
                              "succeeded")
 
 
+class PortablePath(LogTest):
+    def test_call_json_without_the_bytes_layout(self):
+        # the path taken where CPython's bytes layout cannot be measured
+        from idem.guard import _call_json_portable as cj
+        p = Provider()
+        with idem.Guard(self.log(), policy(NOCHECK_POLICY)) as g:
+            t = g.tool("refund_payment")(p.refund)
+            e1 = json.loads(cj(t, "sess_8", "toolu_1", ARGS))
+            e2 = json.loads(cj(t, "sess_8", "toolu_1", json.loads(ARGS)))
+            self.assertEqual((e1["status"], e1["replayed"]),
+                             ("succeeded", False))
+            self.assertIs(e2["replayed"], True)
+            self.assertEqual(t.call_json("sess_8", "toolu_1", ARGS),
+                             cj(t, "sess_8", "toolu_1", ARGS))
+            self.assertEqual(p.applied(), 1)
+            with self.assertRaises(idem.InvalidError):
+                cj(t, "sess_8", "a\0b", ARGS)
+
+
 class PolicyKeysCanon(unittest.TestCase):
     def test_policy_file_and_explain(self):
         path = os.path.join(os.path.dirname(PKG), "..", "docs", "POLICY.md")
