@@ -7,6 +7,9 @@
 set -eu
 
 PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libmicrohttpd-dev curl python3 clang libclang-rt-dev"
+# the Python binding's tests: pip and venv (pip brings setuptools and wheel,
+# the offline build backend of `pip install ./bindings/python`)
+PKGS="$PKGS python3-pip python3-venv"
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 

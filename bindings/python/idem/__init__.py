@@ -1,0 +1,48 @@
+"""idem for Python: make the side-effecting tool calls of an agent take
+effect at most once.  A ctypes binding of libidem (standard library only).
+
+    import idem
+    guard = idem.Guard("sqlite:/var/lib/agent/attempts.db", "policy.json")
+
+    @guard.tool("refund_payment", status=lambda args, key: psp.find(key))
+    def refund_payment(args, key):
+        return psp.refund(args["order_id"], args["amount_cents"], key=key)
+
+    env = refund_payment(session, tool_call_id, arguments_json)
+    # env is a dict: {"status": "succeeded", ..., "result": {...}};
+    # env.text is the JSON text to give back to the model.
+
+See bindings/python/README.md.
+"""
+from .errors import (
+    IdemError, LibraryNotFound, NoMemoryError, MisuseError, InvalidError,
+    RangeError, IdemIOError, JSONError, JSONSyntaxError, TrailingBytesError,
+    UTF8Error, SurrogateError, DuplicateMemberError, NumberOverflowError,
+    NumberUnderflowError, BigIntError, DepthError, TooBigError, BOMError,
+    NotObjectError, PolicyError, NotFoundError, StoreError, BusyError,
+    CorruptError, StaleError, ToolOutcome, Rejected, NotApplied)
+from .core import canon, key, Key, Policy, strerror, version
+from .guard import (Guard, Step, GuardedTool, Envelope, Outcome, Next)
+from .harness import ToolCall
+from . import _lib
+
+__all__ = [
+    "IdemError", "LibraryNotFound", "NoMemoryError", "MisuseError",
+    "InvalidError", "RangeError", "IdemIOError", "JSONError",
+    "JSONSyntaxError", "TrailingBytesError", "UTF8Error", "SurrogateError",
+    "DuplicateMemberError", "NumberOverflowError", "NumberUnderflowError",
+    "BigIntError", "DepthError", "TooBigError", "BOMError", "NotObjectError",
+    "PolicyError", "NotFoundError", "StoreError", "BusyError", "CorruptError",
+    "StaleError", "ToolOutcome", "Rejected", "NotApplied",
+    "canon", "key", "Key", "Policy", "strerror", "version",
+    "Guard", "Step", "GuardedTool", "Envelope", "Outcome", "Next", "ToolCall",
+    "APPLIED", "REJECTED", "NOT_APPLIED", "UNKNOWN", "library_path",
+]
+
+__version__ = "0.1.0"
+library_path = _lib.path
+
+APPLIED = Outcome.APPLIED
+REJECTED = Outcome.REJECTED
+NOT_APPLIED = Outcome.NOT_APPLIED
+UNKNOWN = Outcome.UNKNOWN

@@ -1,0 +1,223 @@
+"""Finding libidem and declaring its functions (ctypes).
+
+The library is looked for, in order:
+
+1. ``$IDEM_LIBRARY``: the path of the shared library to load;
+2. next to this package: ``idem/libidem.so*`` (a wheel that bundles it);
+3. the build tree when the package is used in place from a source checkout:
+   ``bindings/python/idem`` -> ``<checkout>/build/libidem.so``;
+4. the system's: ``ctypes.util.find_library("idem")`` (ldconfig, then the
+   compiler's search path), then the soname ``libidem.so.0``.
+
+Every prototype is declared once here (argtypes and restype), so a call does
+no type inference; pointers travel as c_void_p.
+"""
+import ctypes
+import ctypes.util
+import os
+
+from .errors import LibraryNotFound
+
+SONAME = "libidem.so.0"
+
+
+def _candidates():
+    env = os.environ.get("IDEM_LIBRARY")
+    if env:
+        yield env, "IDEM_LIBRARY"
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.startswith("libidem.so"):
+            yield os.path.join(here, name), "the package"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    if os.path.isfile(os.path.join(root, "include", "idem.h")):
+        yield os.path.join(root, "build", "libidem.so"), "the build tree"
+    found = ctypes.util.find_library("idem")
+    if found:
+        yield found, "the system"
+    yield SONAME, "the system"
+
+
+def load():
+    tried = []
+    for path, where in _candidates():
+        if where != "the system" and not os.path.exists(path):
+            tried.append(path)
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+            if where == "IDEM_LIBRARY":
+                break
+    raise LibraryNotFound(
+        "cannot load libidem; tried %s. Build it (cmake --build build) or "
+        "install it, or set IDEM_LIBRARY to its path" % ", ".join(tried))
+
+
+lib, path = load()
+
+c_char_p = ctypes.c_char_p
+c_void_p = ctypes.c_void_p
+c_int = ctypes.c_int
+c_size_t = ctypes.c_size_t
+c_longlong = ctypes.c_longlong
+P = ctypes.POINTER
+
+
+class Call(ctypes.Structure):
+    _fields_ = [("session", c_char_p), ("call_id", c_char_p),
+                ("tool", c_char_p), ("args", c_char_p),
+                ("args_len", c_size_t)]
+
+
+class KeySpec(ctypes.Structure):
+    _fields_ = [("key_arg", c_char_p), ("key_max_len", c_size_t)]
+
+
+class Key(ctypes.Structure):
+    _fields_ = [("key", c_void_p), ("key_len", c_size_t),
+                ("payload", c_void_p), ("payload_len", c_size_t),
+                ("args", c_void_p), ("args_len", c_size_t),
+                ("fingerprint", ctypes.c_char * 65)]
+
+
+class Record(ctypes.Structure):
+    _fields_ = [("session", c_char_p), ("call_id", c_char_p),
+                ("tool", c_char_p), ("fingerprint", c_char_p),
+                ("key", c_char_p), ("args", c_char_p),
+                ("fence_key", c_char_p), ("cls", c_int), ("state", c_int),
+                ("attempts", c_int), ("owner", c_char_p),
+                ("lease_until", c_longlong), ("token", c_longlong),
+                ("result", c_char_p), ("error", c_char_p),
+                ("created", c_longlong), ("updated", c_longlong),
+                ("expires", c_longlong), ("resolution", c_int),
+                ("delivered", c_longlong), ("duplicate_of", c_char_p)]
+
+
+# int run(void *ctx, const char *key, const char *args, size_t args_len,
+#         char **result, char **error)
+TOOL_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p, c_size_t,
+                           P(c_void_p), P(c_void_p))
+
+
+class Tool(ctypes.Structure):
+    _fields_ = [("run", TOOL_FN), ("check", TOOL_FN), ("ctx", c_void_p)]
+
+
+class Settlement(ctypes.Structure):
+    _fields_ = [("session", c_char_p), ("call_id", c_char_p),
+                ("token", c_longlong), ("outcome", c_int),
+                ("result", c_char_p), ("result_len", c_size_t),
+                ("rc", c_int)]
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+PP = P(c_void_p)
+SZ = P(c_size_t)
+
+strerror = _fn("idem_strerror", c_char_p, c_int)
+status_name = _fn("idem_status_name", c_char_p, c_int)
+version = _fn("idem_version", c_char_p)
+version_number = _fn("idem_version_number", ctypes.c_uint)
+free = _fn("idem_free", None, c_void_p)
+
+canon_open = _fn("idem_canon_open", c_int, PP)
+canon_close = _fn("idem_canon_close", None, c_void_p)
+canon_limit = _fn("idem_canon_limit", c_int, c_void_p, c_int, c_size_t)
+canon_json = _fn("idem_canon_json", c_int, c_void_p, c_char_p, c_size_t, PP,
+                 SZ)
+canon_errmsg = _fn("idem_canon_errmsg", c_char_p, c_void_p)
+canon_erroffset = _fn("idem_canon_erroffset", c_size_t, c_void_p)
+key_mint = _fn("idem_key_mint", c_int, c_void_p, P(Call), P(KeySpec), P(Key))
+
+policy_load = _fn("idem_policy_load", c_int, c_char_p, PP)
+policy_parse = _fn("idem_policy_parse", c_int, c_char_p, c_size_t, c_char_p,
+                   PP)
+policy_free = _fn("idem_policy_free", None, c_void_p)
+policy_errmsg = _fn("idem_policy_errmsg", c_char_p, c_void_p)
+policy_class = _fn("idem_policy_class", c_int, c_void_p, c_char_p)
+policy_explain = _fn("idem_policy_explain", c_int, c_void_p, c_char_p, PP)
+
+state_name = _fn("idem_state_name", c_char_p, c_int)
+resolution_name = _fn("idem_resolution_name", c_char_p, c_int)
+answer_name = _fn("idem_answer_name", c_char_p, c_int)
+record_free = _fn("idem_record_free", None, c_void_p)
+
+guard_open = _fn("idem_guard_open", c_int, c_char_p, c_void_p, PP)
+guard_close = _fn("idem_guard_close", None, c_void_p)
+guard_errmsg = _fn("idem_guard_errmsg", c_char_p, c_void_p)
+guard_begin = _fn("idem_guard_begin", c_int, c_void_p, P(Call), PP)
+guard_call = _fn("idem_guard_call", c_int, c_void_p, P(Call), P(Tool), PP, SZ)
+guard_recover = _fn("idem_guard_recover", c_int, c_void_p, c_char_p,
+                    c_char_p, PP)
+guard_settle = _fn("idem_guard_settle", c_int, c_void_p, c_char_p, c_char_p,
+                   c_longlong, c_int, c_char_p, c_size_t)
+guard_late = _fn("idem_guard_late", c_int, c_void_p, c_char_p, c_char_p,
+                 c_longlong, c_int, c_char_p, c_size_t, c_char_p)
+guard_record = _fn("idem_guard_record", c_int, c_void_p, c_char_p, c_char_p,
+                   P(P(Record)))
+
+step_next = _fn("idem_step_next", c_int, c_void_p)
+step_finish = _fn("idem_step_finish", c_int, c_void_p, c_int, c_char_p,
+                  c_size_t, c_char_p)
+step_resolve = _fn("idem_step_resolve", c_int, c_void_p, c_int, c_char_p,
+                   c_size_t)
+step_poll = _fn("idem_step_poll", c_int, c_void_p)
+step_delivered = _fn("idem_step_delivered", c_int, c_void_p)
+step_free = _fn("idem_step_free", None, c_void_p)
+step_key = _fn("idem_step_key", c_char_p, c_void_p)
+step_args = _fn("idem_step_args", c_void_p, c_void_p, SZ)
+step_check_tool = _fn("idem_step_check_tool", c_char_p, c_void_p)
+step_check_args = _fn("idem_step_check_args", c_void_p, c_void_p, SZ)
+step_check_command = _fn("idem_step_check_command", c_char_p, c_void_p)
+step_check_key = _fn("idem_step_check_key", c_char_p, c_void_p)
+step_check_target = _fn("idem_step_check_target", c_void_p, c_void_p, SZ)
+step_attempt = _fn("idem_step_attempt", c_int, c_void_p)
+step_deadline_ms = _fn("idem_step_deadline_ms", c_longlong, c_void_p)
+step_delay_ms = _fn("idem_step_delay_ms", c_longlong, c_void_p)
+step_answer = _fn("idem_step_answer", c_int, c_void_p)
+step_envelope = _fn("idem_step_envelope", c_void_p, c_void_p, SZ)
+step_token = _fn("idem_step_token", c_longlong, c_void_p)
+
+# The C library's malloc: idem_guard_call frees a tool's result and error
+# with free(), so they must come from the same allocator.
+_libc = ctypes.CDLL(None)
+malloc = _libc.malloc
+malloc.restype = c_void_p
+malloc.argtypes = (c_size_t,)
+
+# The replay's hot path: the same functions without argtypes, called only
+# with ctypes objects (c_void_p, byref) so nothing needs converting or
+# checking on the way.  lib["name"] makes a new function object, leaving
+# the declared ones above as they are.
+guard_call_fast = lib["idem_guard_call"]
+guard_call_fast.restype = c_int
+# idem_free takes no lock and calls back into nothing: it may keep the
+# GIL (PyDLL), which spares a release and a re-acquisition per replay.
+free_fast = ctypes.PyDLL(path)["idem_free"]
+free_fast.restype = None
+
+# Where CPython keeps the bytes of a bytes object, relative to id(): what
+# ctypes itself hands to C for a c_char_p.  With it, an idem_call is filled
+# by one struct.pack_into instead of five descriptor stores.  None on an
+# interpreter where it cannot be established (the binding then stores the
+# fields one by one).
+def _bytes_offset():
+    try:
+        offs = set()
+        for b in (b"", b"x", b"idem" * 40):
+            offs.add(ctypes.cast(c_char_p(b), c_void_p).value - id(b))
+        return offs.pop() if len(offs) == 1 else None
+    except Exception:
+        return None
+
+
+BYTES_OFFSET = _bytes_offset()

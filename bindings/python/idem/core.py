@@ -1,0 +1,222 @@
+"""Canonical JSON, keys and policies: thin, typed wrappers of libidem."""
+import ctypes
+import json
+import threading
+from collections import namedtuple
+from collections.abc import Mapping
+
+from . import _lib as L
+from .errors import MisuseError, InvalidError, error_for
+
+_local = threading.local()
+
+# The shortest JSON text of a Python value, as json.dumps gives it (the
+# library canonicalizes it again; this only has to be valid JSON).
+_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode
+
+
+def _decode(b):
+    return b.decode("utf-8", "surrogateescape") if b is not None else None
+
+
+def _workspace():
+    """This thread's idem_canon (a handle must not be shared by threads)."""
+    c = getattr(_local, "canon", None)
+    if c is None:
+        h = ctypes.c_void_p()
+        rc = L.canon_open(ctypes.byref(h))
+        if rc:
+            raise error_for(rc, "cannot open a canonicalizer: "
+                            + L.strerror(rc).decode())
+        c = _local.canon = _Workspace(h)
+    return c
+
+
+class _Workspace:
+    __slots__ = ("h",)
+
+    def __init__(self, h):
+        self.h = h
+
+    def __del__(self):
+        if self.h and L.canon_close is not None:
+            L.canon_close(self.h)
+            self.h = None
+
+
+def _text(value, what):
+    """A JSON text as bytes: str and bytes are taken as JSON text, a dict
+    (or list, number, ...) is encoded first."""
+    t = type(value)
+    if t is str:
+        return value.encode("utf-8", "surrogatepass")
+    if t is bytes:
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, (dict, list, tuple, int, float, bool)) or value is None:
+        try:
+            return _dumps(value).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError) as e:
+            raise InvalidError("%s cannot be encoded as JSON: %s" % (what, e))
+    raise MisuseError("%s must be a JSON text (str or bytes) or a dict, not %s"
+                      % (what, t.__name__))
+
+
+def _args_text(args):
+    """Tool arguments: a JSON text (str, bytes) as the model sent it, or a
+    mapping; anything else is the caller's mistake."""
+    if isinstance(args, (str, bytes, bytearray, memoryview)):
+        return _text(args, "args")
+    if isinstance(args, Mapping):
+        return _text(args if type(args) is dict else dict(args), "args")
+    raise MisuseError("args must be a JSON text (str or bytes) or a dict, "
+                      "not %s" % type(args).__name__)
+
+
+def _name(value, what):
+    if type(value) is not str:
+        raise MisuseError("%s must be a str, not %s"
+                          % (what, type(value).__name__))
+    if not value:
+        raise InvalidError("%s is empty" % what)
+    if "\0" in value:
+        raise InvalidError("%s holds a NUL character" % what)
+    return value.encode("utf-8", "surrogatepass")
+
+
+def _canon_error(h, rc):
+    return error_for(rc, L.canon_errmsg(h).decode("utf-8", "replace"),
+                     L.canon_erroffset(h))
+
+
+def canon(text, max_depth=None, max_bytes=None):
+    """The RFC 8785 canonical form of one JSON text (str, bytes, or a Python
+    value), as str.  Raises a JSONError subclass saying what and at which
+    byte offset (``e.offset``)."""
+    data = _text(text, "the text")
+    w = _workspace()
+    h = w.h
+    limits = max_depth is not None or max_bytes is not None
+    try:
+        for which, v in ((1, max_depth), (2, max_bytes)):
+            if v is not None:
+                if type(v) is not int:
+                    raise MisuseError("limits are integers")
+                if v < 1 or v > 2**62:
+                    raise error_for(5, "limit %d out of range" % v)
+                rc = L.canon_limit(h, which, v)
+                if rc:
+                    raise error_for(rc, "limit %d: %s"
+                                    % (v, L.strerror(rc).decode()))
+        out = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        rc = L.canon_json(h, data, len(data), ctypes.byref(out),
+                          ctypes.byref(n))
+        if rc:
+            raise _canon_error(h, rc)
+        return ctypes.string_at(out.value, n.value).decode("utf-8")
+    finally:
+        if limits:
+            L.canon_limit(h, 1, 128)
+            L.canon_limit(h, 2, 1024 * 1024)
+
+
+Key = namedtuple("Key", "key fingerprint payload args")
+Key.__doc__ = """A minted key (SPEC §3): the idempotency key, the 64-hex
+fingerprint, the canonical payload {"args":...,"tool":...} and the canonical
+arguments (key_arg removed)."""
+
+
+def key(session, call_id, tool, args, key_arg=None, key_max_len=0):
+    """Mint the key of one call (SPEC §3).  ``args`` is a JSON object text
+    or a dict.  Raises a JSONError subclass for bad arguments
+    (NotObjectError when they are not an object)."""
+    c = L.Call(_name(session, "session"), _name(call_id, "call_id"),
+               _name(tool, "tool"), None, 0)
+    a = _args_text(args)
+    c.args = a
+    c.args_len = len(a)
+    spec = None
+    if key_arg is not None or key_max_len:
+        if type(key_max_len) is not int or key_max_len < 0:
+            raise MisuseError("key_max_len must be a non-negative int")
+        spec = ctypes.byref(L.KeySpec(
+            _name(key_arg, "key_arg") if key_arg is not None else None,
+            key_max_len))
+    k = L.Key()
+    h = _workspace().h
+    rc = L.key_mint(h, ctypes.byref(c), spec, ctypes.byref(k))
+    if rc:
+        raise _canon_error(h, rc)
+    return Key(ctypes.string_at(k.key, k.key_len).decode("utf-8"),
+               k.fingerprint.decode("ascii"),
+               ctypes.string_at(k.payload, k.payload_len).decode("utf-8"),
+               ctypes.string_at(k.args, k.args_len).decode("utf-8"))
+
+
+CLASSES = {1: "guarded", 2: "idempotent", 3: "read_only", 4: "refused"}
+
+
+class Policy:
+    """A validated policy (SPEC §8, docs/POLICY.md).
+
+    ``Policy(path)`` reads a file; ``Policy(text=...)`` parses a text
+    (``origin`` names it in messages).  Raises PolicyError naming the field.
+    The policy is freed when the last object using it (a Guard holds it) is
+    gone."""
+
+    def __init__(self, path=None, text=None, origin="policy"):
+        self._p = None
+        h = ctypes.c_void_p()
+        if (path is None) == (text is None):
+            raise MisuseError("give a policy file path or a text, not both")
+        if path is not None:
+            if not isinstance(path, (str, bytes)) and not hasattr(
+                    path, "__fspath__"):
+                raise MisuseError("the policy path must be a str or a path")
+            import os
+            p = os.fsencode(path)
+            rc = L.policy_load(p, ctypes.byref(h))
+        else:
+            t = _text(text, "the policy")
+            rc = L.policy_parse(t, len(t), _name(origin, "origin"),
+                                ctypes.byref(h))
+        self._p = h.value
+        if rc:
+            msg = L.policy_errmsg(h).decode("utf-8", "replace") if h.value \
+                else L.strerror(rc).decode()
+            self.__del__()
+            raise error_for(rc, msg)
+
+    def __del__(self):
+        if self._p and L.policy_free is not None:
+            L.policy_free(self._p)
+            self._p = None
+
+    def tool_class(self, tool):
+        """"guarded", "idempotent", "read_only" or "refused"."""
+        return CLASSES.get(L.policy_class(self._p, _name(tool, "tool")), "?")
+
+    def explain(self, tool):
+        """In words: what "the same action" means for tool, and what
+        happens on a timeout."""
+        out = ctypes.c_void_p()
+        rc = L.policy_explain(self._p, _name(tool, "tool"), ctypes.byref(out))
+        if rc:
+            raise error_for(rc, L.strerror(rc).decode())
+        try:
+            return ctypes.string_at(out.value).decode("utf-8")
+        finally:
+            L.free(out)
+
+
+def strerror(code):
+    """A sentence describing a C status code."""
+    return L.strerror(code).decode()
+
+
+def version():
+    """The version of the libidem actually loaded."""
+    return L.version().decode()

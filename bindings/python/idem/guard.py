@@ -1,0 +1,603 @@
+"""The guard (SPEC §6, §7): the two-phase API, and guarded Python tools.
+
+Two ways to drive it:
+
+* ``Guard.begin()`` returns a Step that says what to do next (EXECUTE,
+  CHECK, WAIT, ANSWER); the harness calls the tool itself (async code,
+  another process, an HTTP client) and reports back with ``finish`` /
+  ``resolve``.
+* ``Guard.tool(name, status=fn)`` wraps a Python function as a guarded
+  tool.  A call goes through ``idem_guard_call``: the C library runs the
+  function on a worker thread of its own, so the guard, not the tool, owns
+  the deadline; past it the call answers and the result that comes later is
+  still recorded (resolution "late").
+"""
+import atexit
+import ctypes
+import enum
+import json
+import os
+import struct
+import threading
+import time
+import weakref
+
+from . import _lib as L
+from .core import Policy, _dumps, _name, _text, _args_text, _decode, CLASSES
+from .errors import MisuseError, ToolOutcome, error_for
+
+
+class Outcome(enum.IntEnum):
+    """What a downstream call or a status check says happened."""
+    APPLIED = 1
+    REJECTED = 2
+    NOT_APPLIED = 3
+    UNKNOWN = 4
+
+
+class Next(enum.IntEnum):
+    """What the caller of a step does next."""
+    ANSWER = 1
+    EXECUTE = 2
+    CHECK = 3
+    WAIT = 4
+
+
+ANSWERS = {1: "succeeded", 2: "failed", 3: "outcome_unknown",
+           4: "already_applied", 5: "conflict", 6: "in_progress",
+           7: "refused", 8: "invalid_arguments"}
+STATES = {1: "pending", 2: "succeeded", 3: "failed", 4: "not_applied",
+          5: "in_doubt", 6: "deduplicated"}
+RESOLUTIONS = {0: None, 1: "executed", 2: "reconciled", 3: "late",
+               4: "replayed"}
+
+_byref = ctypes.byref
+_string_at = ctypes.string_at
+_c_void_p = ctypes.c_void_p
+_c_size_t = ctypes.c_size_t
+_Call = L.Call
+_guard_call = L.guard_call_fast
+_free = L.free_fast
+_loads = json.loads
+_tls = threading.local()
+_c_char_p = ctypes.c_char_p
+_pack_call = struct.Struct("PPPPN").pack  # an idem_call, as bytes
+_OFF = L.BYTES_OFFSET
+
+
+_sessions = {}
+
+
+def _slow_session(session):
+    s = _name(session, "session")
+    if len(_sessions) >= 1024:
+        _sessions.clear()
+    _sessions[session] = s
+    return s
+
+
+def _slow_args(args):
+    if type(args) is str:
+        return args.encode("utf-8", "surrogatepass")
+    if type(args) is dict:
+        try:
+            return _dumps(args).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError) as e:
+            raise error_for(4, "args cannot be encoded as JSON: %s" % e)
+    return _args_text(args)
+
+
+class Envelope(dict):
+    """The answer for the model (SPEC §7) as a dict; ``text`` is the JSON
+    text exactly as the library made it (what to hand to the model)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        super().__init__(_loads(text))
+        self.text = text
+
+    @property
+    def status(self):
+        return self["status"]
+
+
+def _result_text(value):
+    """A tool's return value as a JSON text (bytes).  Something json cannot
+    encode is recorded as its str(), so an applied result is never lost."""
+    if value is None:
+        return None
+    try:
+        return _dumps(value).encode("utf-8", "surrogatepass")
+    except (TypeError, ValueError):
+        return str(value).encode("utf-8", "replace")
+
+
+def _opt_text(result, result_json):
+    if result_json is not None:
+        return _text(result_json, "result_json")
+    return _result_text(result)
+
+
+def _err(g, rc):
+    return error_for(rc, L.guard_errmsg(g).decode("utf-8", "replace")
+                     or L.strerror(rc).decode())
+
+
+def _outcome(o):
+    try:
+        return int(Outcome(o))
+    except ValueError:
+        raise MisuseError("not an outcome: %r" % (o,)) from None
+
+
+class _Handle:
+    """A C handle released by close(), by a with block, or when the object
+    goes (not at interpreter exit, when the library may be gone)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Guard(_Handle):
+    """A guard on an attempt log.
+
+    ``log`` is "sqlite:PATH", "postgres://..." or a plain path; None means
+    $IDEM_LOG, else $XDG_STATE_HOME/idem/attempts.db.  ``policy`` is a
+    Policy, the path of a policy file, or None (every tool guarded with the
+    defaults).  A guard is safe to share between threads; a Step belongs to
+    one thread.  Raises StoreError (CorruptError, BusyError, ...) when the
+    log cannot be opened."""
+
+    def __init__(self, log=None, policy=None):
+        self._g = self._gp = None
+        if policy is not None and not isinstance(policy, Policy):
+            policy = Policy(policy)
+        self.policy = policy
+        if log is not None:
+            if not isinstance(log, (str, bytes)) and not hasattr(
+                    log, "__fspath__"):
+                raise MisuseError("log must be a str or a path")
+            log = os.fsencode(log)
+        h = _c_void_p()
+        rc = L.guard_open(log, policy._p if policy else None, _byref(h))
+        if rc:
+            msg = (L.guard_errmsg(h).decode("utf-8", "replace")
+                   if h.value else L.strerror(rc).decode())
+            if h.value:
+                L.guard_close(h)
+            raise error_for(rc, msg)
+        self._g = h.value
+        self._gp = _c_void_p(h.value)  # passed as is, no conversion per call
+        self._tools = {}
+
+    def _h(self):
+        if self._g is None:
+            raise MisuseError("the guard is closed")
+        return self._g
+
+    def close(self):
+        """Close the guard.  Steps still alive and tool runs still in flight
+        keep the C guard until they end."""
+        if self._g is not None:
+            self._gp = None
+            L.guard_close(self._g)
+            self._g = None
+
+    # ---- the two-phase API -------------------------------------------------
+
+    def begin(self, session, call_id, tool, args):
+        """Decide a call; returns a Step.  Bad arguments and refused tools
+        are answers (the step says ANSWER), not exceptions; StoreError means
+        the log failed and nothing may be called downstream."""
+        g = self._h()
+        a = _args_text(args)
+        c = _Call(_name(session, "session"), _name(call_id, "call_id"),
+                  _name(tool, "tool"), a, len(a))
+        s = _c_void_p()
+        rc = L.guard_begin(g, _byref(c), _byref(s))
+        if rc:
+            e = _err(g, rc)
+            if s.value:
+                L.step_free(s)
+            raise e
+        return Step(self, s.value)
+
+    def recover(self, session, call_id):
+        """A step reconciling one recorded action (what `idem recover` does):
+        CHECK when it is in doubt, else ANSWER with what the record holds.
+        Raises NotFoundError when there is no such record."""
+        g = self._h()
+        s = _c_void_p()
+        rc = L.guard_recover(g, _name(session, "session"),
+                             _name(call_id, "call_id"), _byref(s))
+        if rc:
+            e = _err(g, rc) if rc != 41 else error_for(
+                rc, "no record of %s %s" % (session, call_id))
+            if s.value:
+                L.step_free(s)
+            raise e
+        return Step(self, s.value)
+
+    def settle(self, session, call_id, token, outcome, result=None,
+               result_json=None):
+        """Settle an action with a status check made outside a step: a
+        compare-and-set on ``token`` (StaleError when it changed)."""
+        g = self._h()
+        r = _opt_text(result, result_json)
+        rc = L.guard_settle(g, _name(session, "session"),
+                            _name(call_id, "call_id"), int(token),
+                            _outcome(outcome), r, len(r) if r else 0)
+        if rc:
+            raise _err(g, rc)
+
+    def late(self, session, call_id, token, outcome, result=None,
+             error=None, result_json=None):
+        """Record a result that arrived after the deadline, from wherever it
+        arrives; dropped when the action was settled meanwhile."""
+        g = self._h()
+        r = _opt_text(result, result_json)
+        rc = L.guard_late(g, _name(session, "session"),
+                          _name(call_id, "call_id"), int(token),
+                          _outcome(outcome), r, len(r) if r else 0,
+                          error.encode("utf-8", "replace") if error else None)
+        if rc:
+            raise _err(g, rc)
+
+    def record(self, session, call_id):
+        """The record of one action as a dict (SPEC §5); NotFoundError when
+        there is none.  ``result`` is decoded from JSON."""
+        g = self._h()
+        p = ctypes.POINTER(L.Record)()
+        rc = L.guard_record(g, _name(session, "session"),
+                            _name(call_id, "call_id"), _byref(p))
+        if rc:
+            if rc == 41:
+                raise error_for(rc, "no record of %s %s" % (session, call_id))
+            raise _err(g, rc)
+        try:
+            r = p.contents
+            d = {f: getattr(r, f) for f, _ in L.Record._fields_}
+        finally:
+            L.record_free(p)
+        for f, _ in L.Record._fields_:
+            if isinstance(d[f], bytes):
+                d[f] = _decode(d[f])
+        d["cls"] = CLASSES.get(d["cls"], d["cls"])
+        d["state"] = STATES.get(d["state"], d["state"])
+        d["resolution"] = RESOLUTIONS.get(d["resolution"], d["resolution"])
+        if d["result"] is not None:
+            d["result"] = json.loads(d["result"])
+        return d
+
+    # ---- guarded Python tools ---------------------------------------------
+
+    def tool(self, name, status=None):
+        """A decorator: ``@guard.tool("refund_payment", status=check)``
+        makes a GuardedTool of ``fn(args, key)``.  See GuardedTool."""
+        def wrap(fn):
+            return GuardedTool(self, name, fn, status)
+        return wrap
+
+    def call(self, session, call_id, tool, args, run, status=None):
+        """Guard one call of ``run(args, key)`` end to end; returns the
+        Envelope.  The same as ``guard.tool(tool, status)(run)(...)``."""
+        k = (tool, run, status)
+        t = self._tools.get(k)
+        if t is None:
+            if len(self._tools) >= 256:  # callers that make a lambda a call
+                self._tools.clear()
+            t = self._tools[k] = GuardedTool(self, tool, run, status)
+        return t(session, call_id, args)
+
+
+def _step_text(step, fn):
+    """A (pointer, length) accessor's text, or None."""
+    n = _c_size_t()
+    p = fn(step._h(), _byref(n))
+    return _string_at(p, n.value).decode("utf-8") if p else None
+
+
+def _accessor(fn, convert, doc):
+    """A read-only property of a Step over the accessor fn: convert is
+    applied to its value, or None for a (pointer, length) text."""
+    if convert is None:
+        return property(lambda self: _step_text(self, fn), doc=doc)
+    return property(lambda self: convert(fn(self._h())), doc=doc)
+
+
+class Step(_Handle):
+    """One call walked through the guard.  Read ``next`` and act:
+
+    EXECUTE  call the tool with ``key`` and ``args`` within ``deadline_ms``
+             (after sleeping ``delay_ms``), then ``finish(outcome, ...)``;
+    CHECK    run the status check (``check_tool`` / ``check_args``, or your
+             own lookup of ``check_key``), then ``resolve(outcome, ...)``;
+    WAIT     sleep ``delay_ms``, then ``poll()``;
+    ANSWER   give ``envelope`` to the model, then ``delivered()``.
+
+    A late result (after you reported UNKNOWN) still goes to ``finish``,
+    even after ANSWER.  Free the step with ``close()`` or a with block."""
+
+    __slots__ = ("guard", "_s", "__weakref__")
+
+    def __init__(self, guard, s):
+        self.guard = guard  # keeps the policy alive while the step lives
+        self._s = s
+
+    def _h(self):
+        if self._s is None:
+            raise MisuseError("the step is closed")
+        return self._s
+
+    def close(self):
+        if self._s is not None:
+            L.step_free(self._s)
+            self._s = None
+
+    def _check(self, rc):
+        if rc:
+            raise _err(self.guard._g or 0, rc)
+
+    @property
+    def next(self):
+        return Next(L.step_next(self._h()))
+
+    def finish(self, outcome, result=None, error=None, result_json=None):
+        """Report the downstream call: APPLIED with its result (a Python
+        value, or ``result_json`` as text), REJECTED, NOT_APPLIED or
+        UNKNOWN with an error text."""
+        r = _opt_text(result, result_json)
+        self._check(L.step_finish(
+            self._h(), _outcome(outcome), r, len(r) if r else 0,
+            error.encode("utf-8", "replace") if error else None))
+
+    def resolve(self, outcome, result=None, result_json=None):
+        """Report the status check: APPLIED (with its result), NOT_APPLIED,
+        or UNKNOWN when the check itself failed."""
+        r = _opt_text(result, result_json)
+        self._check(L.step_resolve(self._h(), _outcome(outcome), r,
+                                   len(r) if r else 0))
+
+    def poll(self):
+        self._check(L.step_poll(self._h()))
+
+    def delivered(self):
+        """The model has been given the envelope."""
+        self._check(L.step_delivered(self._h()))
+
+    key = _accessor(L.step_key, _decode, "the idempotency key")
+    args = _accessor(L.step_args, None, "the arguments to send: canonical "
+                     "JSON text, the key written into key_arg")
+    check_tool = _accessor(L.step_check_tool, _decode,
+                           "the policy's status tool (CHECK), or None")
+    check_args = _accessor(L.step_check_args, None,
+                           "the status tool's arguments (JSON text)")
+    check_command = _accessor(L.step_check_command, _decode,
+                              "the policy's status command, or None")
+    check_key = _accessor(L.step_check_key, _decode,
+                          "the key of the action under check")
+    check_target = _accessor(L.step_check_target, None,
+                             "the canonical arguments of the action under "
+                             "check")
+    attempt = _accessor(L.step_attempt, int, "the coming attempt (1, 2, ...)")
+    deadline_ms = _accessor(L.step_deadline_ms, int,
+                            "the deadline of the coming EXECUTE or CHECK")
+    delay_ms = _accessor(L.step_delay_ms, int, "wait this long first")
+    token = _accessor(L.step_token, int, "the fencing token the step holds")
+
+    @property
+    def answer(self):
+        """The envelope's status ("succeeded", ...), None before ANSWER."""
+        return ANSWERS.get(L.step_answer(self._h()))
+
+    @property
+    def envelope(self):
+        """The Envelope, once the step says ANSWER (else None)."""
+        t = _step_text(self, L.step_envelope)
+        return Envelope(t) if t is not None else None
+
+
+# ---- the synchronous API: Python functions run by idem_guard_call ----------
+#
+# The C library calls the tool from a worker thread it starts itself.  ctypes
+# callbacks take the GIL on entry (PyGILState_Ensure) and give it back on
+# return, and idem_guard_call is called with the GIL released (a CDLL
+# function), so the caller waiting on the deadline never holds it.  The two
+# trampolines below live as long as the module; a call passes the id of its
+# GuardedTool as ctx, looked up in a weak registry, so a callback that comes
+# after its tool is gone finds nothing and answers UNKNOWN instead of
+# jumping into freed memory.
+
+_registry = weakref.WeakValueDictionary()
+_next_id = iter(range(1, 1 << 62))
+_inflight = 0
+_inflight_lock = threading.Lock()
+_last_end = 0.0  # when the last tool run ended (time.monotonic())
+_runs = []  # not empty once a call answered while a tool run went on
+exit_wait_s = float(os.environ.get("IDEM_EXIT_WAIT_S", "10"))
+
+
+def _give(pp, data):
+    """Hand bytes to C as a malloc'd NUL-terminated string (idem frees it
+    with free())."""
+    if data is None:
+        return
+    p = L.malloc(len(data) + 1)
+    if not p:
+        return
+    ctypes.memmove(p, data, len(data))
+    ctypes.memset(p + len(data), 0, 1)
+    pp[0] = p
+
+
+def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
+    global _inflight, _last_end
+    with _inflight_lock:
+        _inflight += 1
+    try:
+        t = _registry.get(ctx)
+        fn = t and (t.status if is_check else t.fn)
+        if fn is None:
+            _give(error_pp, b"the Python tool is gone")
+            return 4
+        try:
+            a = json.loads(_string_at(args, args_len))
+            value = fn(a, key.decode("utf-8", "surrogateescape"))
+            if is_check and value is None:
+                return 3  # the status function found nothing: not applied
+            if isinstance(value, ToolOutcome):
+                raise value
+            _give(result_pp, _result_text(value))
+            return 1
+        except ToolOutcome as e:
+            _give(error_pp, str(e).encode("utf-8", "replace") or None)
+            if e.outcome == 2 and is_check:
+                return 3
+            return e.outcome
+        except BaseException as e:  # anything else: nobody knows
+            _give(error_pp, ("%s: %s" % (type(e).__name__, e)).encode(
+                "utf-8", "replace"))
+            return 4
+    except BaseException:
+        return 4
+    finally:
+        with _inflight_lock:
+            _inflight -= 1
+            _last_end = time.monotonic()
+
+
+@L.TOOL_FN
+def _run_cb(ctx, key, args, args_len, result_pp, error_pp):
+    return _run(ctx, key, args, args_len, result_pp, error_pp, False)
+
+
+@L.TOOL_FN
+def _check_cb(ctx, key, args, args_len, result_pp, error_pp):
+    return _run(ctx, key, args, args_len, result_pp, error_pp, True)
+
+
+@atexit.register
+def _wait_inflight():
+    """At exit, give tool runs the guard stopped waiting for a bounded time
+    to end, so that their late results are recorded."""
+    grace = 0.25  # for the worker's own write of the late result
+    if not _inflight and not _runs:
+        return
+    until = time.monotonic() + exit_wait_s
+    while _inflight and time.monotonic() < until:
+        time.sleep(0.01)
+    time.sleep(max(0.0, grace - (time.monotonic() - _last_end)))
+
+
+class GuardedTool:
+    """A Python function guarded as a tool.
+
+    ``fn(args, key)`` gets the arguments as a dict (canonical, with the key
+    written into the policy's key_arg) and the idempotency key.  It returns
+    the result (anything JSON can encode): the call was APPLIED.  It raises
+    ``idem.Rejected`` for a definite failure that applied nothing,
+    ``idem.NotApplied`` when it certainly did not apply (retried with the
+    same key); any other exception means the outcome is UNKNOWN.
+
+    ``status(args, key)``, the status check, returns the applied result, or
+    None (or raises NotApplied) when the action did not take effect; an
+    exception means the check failed (UNKNOWN).
+
+    Calling the tool, ``tool(session, call_id, args)`` with the args as a
+    JSON text or a dict, returns the Envelope; ``tool.call_json(...)``
+    returns the envelope's JSON text, without parsing it."""
+
+    def __init__(self, guard, name, fn, status=None):
+        if not callable(fn) or (status is not None and not callable(status)):
+            raise MisuseError("a guarded tool and its status are callables")
+        self.guard = guard
+        self.name = name
+        self._name = _name(name, "tool")
+        self.fn = fn
+        self.status = status
+        self._id = next(_next_id)
+        _registry[self._id] = self
+        self._ctool = L.Tool(_run_cb, _check_cb if status else L.TOOL_FN(),
+                             self._id)
+        self._ctool_ref = _byref(self._ctool)
+        self._name_addr = id(self._name) + (_OFF or 0)
+        self.__name__ = getattr(fn, "__name__", name)
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def call_json(self, session, call_id, args):
+        """Guard one call; the envelope's JSON text, unparsed."""
+        # The replay's path, kept short: a few type tests, the idem_call
+        # packed into a bytes object (its pointers are the buffers of s, i,
+        # self._name and a, which stay referenced until the call returns),
+        # the call, one copy of the envelope, its free.  Odd input takes the
+        # slow way (_slow_*) for its checks and messages.  Sessions repeat
+        # from call to call: their checked, encoded form is kept.
+        try:
+            s = _sessions[session]
+        except (KeyError, TypeError):
+            s = _slow_session(session)
+        try:
+            if type(call_id) is not str or not call_id or "\0" in call_id:
+                raise UnicodeError
+            i = call_id.encode()
+            a = args.encode() if type(args) is str else _slow_args(args)
+        except UnicodeError:
+            i = _name(call_id, "call_id")
+            a = _slow_args(args)
+        try:
+            out, ro = _tls.out
+        except AttributeError:
+            out = _c_char_p()
+            out, ro = _tls.out = out, _byref(out)
+        rc = _guard_call(self.guard._gp, _pack_call(
+            id(s) + _OFF, id(i) + _OFF, self._name_addr, id(a) + _OFF,
+            len(a)), self._ctool_ref, ro, None)
+        if rc:
+            if out:
+                _free(out)
+            if self.guard._g is None:
+                raise MisuseError("the guard is closed")
+            raise _err(self.guard._g, rc)
+        text = out.value  # the envelope: NUL-terminated JSON
+        _free(out)
+        if _inflight:  # a tool run goes on past its answer (or another's)
+            _runs.append(1)
+        return text.decode()
+
+    def __call__(self, session, call_id, args):
+        return Envelope(self.call_json(session, call_id, args))
+
+
+def _call_json_portable(self, session, call_id, args):
+    """GuardedTool.call_json where CPython's bytes layout is not known: a
+    ctypes idem_call per call."""
+    s = _name(session, "session")
+    i = _name(call_id, "call_id")
+    a = _slow_args(args)
+    out = _c_char_p()
+    rc = _guard_call(self.guard._gp,
+                     _byref(_Call(s, i, self._name, a, len(a))),
+                     self._ctool_ref, _byref(out), None)
+    if rc:
+        if out:
+            _free(out)
+        raise _err(self.guard._g or 0, rc)
+    text = out.value
+    _free(out)
+    return text.decode()
+
+
+if _OFF is None:
+    GuardedTool.call_json = _call_json_portable
