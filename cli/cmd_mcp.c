@@ -399,7 +399,7 @@ static void send_call(gw *w, long long gid, const char *tool, const char *args,
 }
 
 static void send_cancel(gw *w, long long gid, const char *why) {
-  json_t *n = json_pack("{sss{sIss}}", "jsonrpc", "2.0", "method",
+  json_t *n = json_pack("{s:s,s:s,s:{s:I,s:s}}", "jsonrpc", "2.0", "method",
                         "notifications/cancelled", "params", "requestId",
                         (json_int_t)gid, "reason", why);
   char *d = n ? json_dumps(n, JSON_COMPACT) : NULL;

@@ -264,7 +264,7 @@ int mcp_splice(mcp_buf *out, const char *line, size_t len, size_t vs,
 
 int mcp_put_error(mcp_buf *out, const char *id, size_t idlen, int code,
                   const char *message) {
-  json_t *e = json_pack("{sisss}", "code", code, "message", message);
+  json_t *e = json_pack("{s:i,s:s}", "code", code, "message", message);
   char *msg = e ? json_dumps(e, JSON_COMPACT) : NULL;
   char head[64];
   size_t mark = out->len;

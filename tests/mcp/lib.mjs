@@ -51,7 +51,11 @@ export async function connect({ policy = path.join(here, "policy.json"), log, se
   let stderr = "";
   transport.stderr?.on("data", (d) => { stderr += d; });
   await client.connect(transport);
-  return { client, transport, stderr: () => stderr };
+  const proc = transport._process; // pinned SDK version: the child process
+  const exited = new Promise((r) => proc.once("exit", (code, sig) => r({ code, sig })));
+  // close, and wait for the gateway to exit (a sanitizer build reports at exit)
+  const close = async () => { await client.close(); return exited; };
+  return { client, transport, pid: proc.pid, exited, close, stderr: () => stderr };
 }
 
 export function payments(ledger) {

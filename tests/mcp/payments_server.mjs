@@ -12,7 +12,8 @@
 // The switch: while the file LEDGER.stall exists, refund_payment and
 // charge_card apply the refund, then stall (never answer within any
 // deadline) - the provider that applied the change while the client timed
-// out.  LEDGER.pid gets this process's pid (the crash test kills it).
+// out.  A cancellation of a refund in flight is logged in LEDGER.cancelled.
+// LEDGER.pid gets this process's pid (the crash test kills it).
 import fs from "node:fs";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -53,6 +54,9 @@ async function refund(args, extra, kind) {
     meta_key: extra?._meta?.["io.idem/key"] ?? null,
   };
   fs.appendFileSync(ledger, JSON.stringify(e) + "\n");
+  // the gateway's notifications/cancelled reaches the handler as an abort
+  extra?.signal?.addEventListener("abort", () =>
+    fs.appendFileSync(ledger + ".cancelled", (key ?? "") + "\n"));
   if (fs.existsSync(ledger + ".stall")) await new Promise((r) => setTimeout(r, 600000));
   return text(e);
 }
