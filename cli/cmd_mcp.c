@@ -459,12 +459,13 @@ static void send_check(gw *w, gcall *c) {
 /* The envelope as a tool result: isError, structuredContent, the message. */
 static void put_envelope_result(mcp_buf *b, const char *env, size_t elen,
                                 const char *message, const char *status,
-                                int replayed) {
+                                int replayed, int is_error) {
   if (mcp_buf_puts(b, "{\"content\":[{\"type\":\"text\",\"text\":")) oom();
   put_json_string(b, message ? message : status);
   if (mcp_buf_puts(b, "}],\"structuredContent\":") ||
       mcp_buf_put(b, env, elen) ||
-      mcp_buf_puts(b, ",\"isError\":true,\"_meta\":{\"io.idem/status\":"))
+      mcp_buf_puts(b, is_error ? ",\"isError\":true" : ",\"isError\":false") ||
+      mcp_buf_puts(b, ",\"_meta\":{\"io.idem/status\":"))
     oom();
   put_json_string(b, status);
   if (mcp_buf_puts(b, replayed ? ",\"io.idem/replayed\":true}}"
@@ -513,7 +514,9 @@ static void answer(gw *w, gcall *c) {
     json_decref(add);
   } else {
     if (mcp_buf_puts(&b, ",\"result\":")) oom();
-    put_envelope_result(&b, env, elen, message, status, replayed);
+    put_envelope_result(&b, env, elen, message, status, replayed,
+                        a != IDEM_ANSWER_SUCCEEDED &&
+                            a != IDEM_ANSWER_ALREADY_APPLIED);
   }
   if (mcp_buf_puts(&b, "}\n")) oom();
   to_client(w, b.p, b.len);

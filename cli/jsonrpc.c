@@ -170,9 +170,12 @@ size_t mcp_skip_value(const char *p, size_t n, size_t i) {
       if (depth == 0) return CUT;
       i++;
       break;
-    default: /* a literal or a number: up to the next delimiter */
-      while (i < n && !strchr(",:]} \t\r\n\"{[", p[i])) i++;
+    default: { /* a literal or a number: up to the next delimiter */
+      size_t from = i;
+      while (i < n && p[i] && !strchr(",:]} \t\r\n\"{[", p[i])) i++;
+      if (i == from) return CUT; /* a NUL byte: not JSON */
       break;
+    }
     }
   } while (depth > 0);
   return i;
@@ -214,7 +217,10 @@ int mcp_msg_parse(const char *line, size_t len, mcp_msg *m, char *err,
   json_error_t je;
   json_t *v;
   memset(m, 0, sizeof m[0]);
-  m->root = json_loadb(line, len, JSON_DECODE_INT_AS_REAL, &je);
+  /* duplicate names are refused: the scanner and a peer could otherwise
+  ** read different members (jansson keeps the last, the scanner the first) */
+  m->root = json_loadb(line, len, JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES,
+                       &je);
   if (!m->root) {
     snprintf(err, errn, "%s at byte %d", je.text, je.position);
     return -1;

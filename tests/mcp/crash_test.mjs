@@ -10,7 +10,7 @@
 //    whatever the point, the re-issued call ends succeeded with one refund.
 import fs from "node:fs";
 import { execFileSync } from "node:child_process";
-import { idem, check, done, tmpdir, ledgerOf, connect, payments, body, call } from "./lib.mjs";
+import { idem, check, done, tmpdir, ledgerOf, connect, payments, body, call, sanitizerSaid } from "./lib.mjs";
 
 const dir = tmpdir("crash");
 const ledger = `${dir}/ledger`;
@@ -51,6 +51,7 @@ async function until(what, f, ms = 15000) {
   check(ledgerOf(ledger).filter((e) => e.order_id === "o9").length === 1, "one refund for o9 in the ledger",
         ledgerOf(ledger));
   await gw2.close();
+  check(!sanitizerSaid(gw2.stderr()), "nothing from the sanitizers", gw2.stderr());
 }
 
 // ---- 2. killed at each crash point
@@ -68,6 +69,7 @@ for (const point of ["after_pending_commit", "after_downstream_return", "before_
   check(!r.isError && body(r).order_id === order && n === 1,
         `${point}: the re-issued call succeeds, one refund in the ledger`, r, n, show("sess_1", callId));
   await gw2.close();
+  check(!sanitizerSaid(gw2.stderr()), "nothing from the sanitizers", gw2.stderr());
 }
 
 fs.rmSync(dir, { recursive: true, force: true });

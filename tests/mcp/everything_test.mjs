@@ -9,7 +9,7 @@ import { execFileSync } from "node:child_process";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CreateMessageRequestSchema } from "@modelcontextprotocol/sdk/types.js";
-import { idem, here, check, done, tmpdir } from "./lib.mjs";
+import { idem, here, check, done, tmpdir, sanitizerSaid } from "./lib.mjs";
 
 const dir = tmpdir("everything");
 const server = ["node", path.join(here, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"];
@@ -26,8 +26,11 @@ async function open(viaGateway) {
     ? [idem, "mcp", "--policy", path.join(here, "everything_policy.json"), "--log", `sqlite:${dir}/log.db`,
        "--session", "ev", "--", ...server]
     : server;
-  const transport = new StdioClientTransport({ command: cmd[0], args: cmd.slice(1), stderr: "ignore" });
+  const transport = new StdioClientTransport({ command: cmd[0], args: cmd.slice(1), stderr: "pipe" });
+  client.stderr = "";
+  transport.stderr?.on("data", (d) => { client.stderr += d; });
   await client.connect(transport);
+  client.exited = new Promise((r) => transport._process.once("exit", (code) => r(code)));
   return client;
 }
 
@@ -79,5 +82,7 @@ check(same(a, {}), "ping", a);
 
 await gw.close();
 await direct.close();
+const code = await gw.exited;
+check(code === 0 && !sanitizerSaid(gw.stderr), "the gateway exits 0, nothing from the sanitizers", code, gw.stderr);
 fs.rmSync(dir, { recursive: true, force: true });
 done();

@@ -29,6 +29,9 @@ export function done() {
   process.exit(failures ? 1 : 0);
 }
 
+// What a sanitizer build or a crash would have said on stderr.
+export const sanitizerSaid = (s) => /Sanitizer|runtime error:|Segmentation|Assertion/.test(s);
+
 export function tmpdir(tag) {
   return fs.mkdtempSync(path.join(os.tmpdir(), `idem-mcp-${tag}-`));
 }
