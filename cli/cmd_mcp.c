@@ -1306,12 +1306,6 @@ int cmd_mcp(int argc, char **argv) {
             w->gpolicy ? idem_policy_errmsg(w->gpolicy) : "cannot be read");
     goto out;
   }
-  if (!log) log = idem__default_log(logbuf, sizeof logbuf);
-  if (idem_guard_open(log, w->policy, &w->g_user) ||
-      idem_guard_open(log, w->gpolicy, &w->g_guarded)) {
-    cli_err("%s", idem_guard_errmsg(w->g_guarded ? w->g_guarded : w->g_user));
-    goto out;
-  }
   if (!(w->learned = json_object())) oom();
   mcp_lines_init(&w->cin, max_message);
   mcp_lines_init(&w->sin, max_message);
@@ -1332,8 +1326,18 @@ int cmd_mcp(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
+  /* the server is forked before any thread exists (the log's included),
+  ** so the child's way to exec takes no lock another thread held */
   if ((rc = spawn(w, argv + optind))) {
     cli_err("cannot run %s: %s", argv[optind], strerror(rc));
+    goto out;
+  }
+  if (!log) log = idem__default_log(logbuf, sizeof logbuf);
+  if (idem_guard_open(log, w->policy, &w->g_user) ||
+      idem_guard_open(log, w->gpolicy, &w->g_guarded)) {
+    cli_err("%s", idem_guard_errmsg(w->g_guarded ? w->g_guarded : w->g_user));
+    kill(w->child, SIGTERM);
+    waitpid(w->child, NULL, 0);
     goto out;
   }
   pthread_mutex_init(&w->mu, NULL);
@@ -1343,6 +1347,7 @@ int cmd_mcp(int argc, char **argv) {
   if (!w->nth) {
     cli_err("cannot start a thread");
     kill(w->child, SIGTERM);
+    waitpid(w->child, NULL, 0);
     goto out;
   }
   stdout_flags = fcntl(1, F_GETFL);

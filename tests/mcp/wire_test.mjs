@@ -152,6 +152,8 @@ for (const [args, want, what] of [
   [["mcp", "--policy", "/nonexistent.json", "--", "true"], /nonexistent/, "a policy that cannot be read"],
   [["mcp", "--policy", path.join(here, "raw_policy.json"), "--max-message", "12", "--", "true"], /--max-message/,
    "a --max-message out of range"],
+  [["mcp", "--policy", path.join(here, "raw_policy.json"), "--log", "sqlite:/nonexistent/dir/log.db", "--", "true"],
+   /nonexistent/, "a log that cannot be opened"],
 ]) {
   let out;
   try { execFileSync(idem, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }); out = { status: 0 }; }
