@@ -80,12 +80,12 @@ typedef struct gcall gcall;
 /* A request the gateway sent to the server, by the id it gave it. */
 typedef struct pend {
   long long gid;
-  int kind;            /* P_*                                      */
-  char *cid;           /* P_FWD: the client's id, raw JSON text    */
-  size_t cidlen;       /*                                          */
-  json_t *cidv;        /* P_FWD: the client's id, parsed           */
-  int tools_list;      /* P_FWD: a tools/list, whose result we learn */
-  gcall *c;            /* P_EXEC, P_CHECK: the call; P_LATE: the late */
+  int kind;       /* P_*                                      */
+  char *cid;      /* P_FWD: the client's id, raw JSON text    */
+  size_t cidlen;  /*                                          */
+  json_t *cidv;   /* P_FWD: the client's id, parsed           */
+  int tools_list; /* P_FWD: a tools/list, whose result we learn */
+  gcall *c;       /* P_EXEC, P_CHECK: the call; P_LATE: the late */
   struct pend *next;
 } pend;
 
@@ -109,9 +109,9 @@ struct gcall {
   char errmsg[512];
   long long token; /* the lease token of the execute in flight */
   /* the server's own answer to this call's last execute */
-  int fresh;    /* IDEM_OUTCOME_APPLIED / _REJECTED, or 0 */
+  int fresh;          /* IDEM_OUTCOME_APPLIED / _REJECTED, or 0 */
   int fresh_is_error; /* fresh_text is a JSON-RPC error object */
-  char *fresh_text; /* its "result" or "error" member, raw */
+  char *fresh_text;   /* its "result" or "error" member, raw */
   size_t fresh_len;
   long long gid; /* the server request in flight, or 0 */
   int timer;
@@ -281,8 +281,7 @@ static void run_job(gcall *c) {
     break;
   }
   case J_FINISH:
-    rc = idem_step_finish(c->s, c->outcome, c->result, c->result_len,
-                          c->error);
+    rc = idem_step_finish(c->s, c->outcome, c->result, c->result_len, c->error);
     break;
   case J_RESOLVE:
     rc = idem_step_resolve(c->s, c->outcome, c->result, c->result_len);
@@ -386,8 +385,7 @@ static void send_call(gw *w, long long gid, const char *tool, const char *args,
            gid);
   if (mcp_buf_puts(&m, head)) oom();
   put_json_string(&m, tool);
-  if (mcp_buf_puts(&m, ",\"arguments\":") || mcp_buf_put(&m, args, alen))
-    oom();
+  if (mcp_buf_puts(&m, ",\"arguments\":") || mcp_buf_put(&m, args, alen)) oom();
   if (meta) {
     char *d = json_dumps(meta, JSON_COMPACT);
     if (!d || mcp_buf_puts(&m, ",\"_meta\":") || mcp_buf_puts(&m, d)) oom();
@@ -483,8 +481,8 @@ static void answer(gw *w, gcall *c) {
   const char *message = json_string_value(json_object_get(e, "message"));
   const char *dup = json_string_value(json_object_get(e, "duplicate_of"));
   int replayed = json_is_true(json_object_get(e, "replayed"));
-  int has_result = mcp_member(env, elen, "result", &rs, &re) == 1 &&
-                   env[rs] == '{';
+  int has_result =
+      mcp_member(env, elen, "result", &rs, &re) == 1 && env[rs] == '{';
   mcp_buf b;
   if (!status) status = idem_answer_name(a);
   mcp_buf_init(&b, (size_t)-1);
@@ -498,16 +496,17 @@ static void answer(gw *w, gcall *c) {
     if (mcp_buf_puts(&b, c->fresh_is_error ? ",\"error\":" : ",\"result\":") ||
         mcp_buf_put(&b, c->fresh_text, c->fresh_len))
       oom();
-  } else if (has_result && (a == IDEM_ANSWER_SUCCEEDED ||
-                            a == IDEM_ANSWER_ALREADY_APPLIED ||
-                            a == IDEM_ANSWER_FAILED)) {
+  } else if (has_result &&
+             (a == IDEM_ANSWER_SUCCEEDED || a == IDEM_ANSWER_ALREADY_APPLIED ||
+              a == IDEM_ANSWER_FAILED)) {
     /* the recorded result, marked */
     json_t *add = json_pack("{sbss}", "io.idem/replayed",
                             replayed || a == IDEM_ANSWER_ALREADY_APPLIED,
                             "io.idem/status", status);
     if (!add) oom();
     if (dup) json_object_set_new(add, "io.idem/duplicate_of", json_string(dup));
-    if (message) json_object_set_new(add, "io.idem/message", json_string(message));
+    if (message)
+      json_object_set_new(add, "io.idem/message", json_string(message));
     if (mcp_buf_puts(&b, ",\"result\":") ||
         mcp_put_with_meta(&b, env + rs, re - rs, add))
       oom();
@@ -579,8 +578,8 @@ static void job_done(gw *w, gcall *c) {
 /* ---- from the client ------------------------------------------------------------------ */
 
 /* The raw text of member name of params (its span in line), or NULL. */
-static const char *params_member(const char *line, size_t len,
-                                 const char *name, size_t *n) {
+static const char *params_member(const char *line, size_t len, const char *name,
+                                 size_t *n) {
   size_t ps, pe, vs, ve;
   if (mcp_member(line, len, "params", &ps, &pe) != 1) return NULL;
   if (mcp_member(line + ps, pe - ps, name, &vs, &ve) != 1) return NULL;
@@ -612,7 +611,8 @@ static int tool_class(gw *w, const char *tool) {
   const idem__tool_rule *r = idem__policy_rule(w->policy, tool, &scratch);
   json_t *l;
   if (r != &scratch) return r->cls; /* the policy always wins */
-  if ((l = json_object_get(w->learned, tool))) return (int)json_integer_value(l);
+  if ((l = json_object_get(w->learned, tool)))
+    return (int)json_integer_value(l);
   return w->policy->unknown_tools;
 }
 
@@ -668,8 +668,7 @@ static void handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
     c->args_len = 2;
   }
   c->meta = json_is_object(meta) ? json_deep_copy(meta) : json_object();
-  if (!c->cid || !c->session || !c->call_id || !c->tool || !c->args ||
-      !c->meta)
+  if (!c->cid || !c->session || !c->call_id || !c->tool || !c->args || !c->meta)
     oom();
   /* the gateway's own members are not the server's business */
   json_object_del(c->meta, "io.idem/session");
@@ -712,7 +711,8 @@ static void on_client_line(void *ctx, const char *line, size_t len,
   if (oversized) {
     size_t vs, ve;
     int has = mcp_prefix_id(line, len, &vs, &ve);
-    cli_err("a client message of more than %zu bytes was refused", w->max_message);
+    cli_err("a client message of more than %zu bytes was refused",
+            w->max_message);
     client_error(w, has ? line + vs : NULL, has ? ve - vs : 0, -32600,
                  "idem: message larger than %zu bytes refused (see idem mcp "
                  "--max-message)",
@@ -817,8 +817,8 @@ static void on_exec_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
   const char *text;
   size_t tlen;
   char err[400];
-  int is_error, outcome =
-      exec_outcome(m, line, len, &text, &tlen, &is_error, err, sizeof err);
+  int is_error, outcome = exec_outcome(m, line, len, &text, &tlen, &is_error,
+                                       err, sizeof err);
   c->gid = 0;
   c->timer = T_NONE;
   free(c->fresh_text);
@@ -834,8 +834,8 @@ static void on_exec_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
   submit(w, c, J_FINISH);
 }
 
-static void on_check_answer(gw *w, gcall *c, const mcp_msg *m,
-                            const char *line, size_t len) {
+static void on_check_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
+                            size_t len) {
   json_t *result = json_object_get(m->root, "result");
   idem__tool_rule scratch;
   const idem__tool_rule *r = idem__policy_rule(w->gpolicy, c->tool, &scratch);
@@ -845,13 +845,12 @@ static void on_check_answer(gw *w, gcall *c, const mcp_msg *m,
   c->timer = T_NONE;
   if (json_is_object(result) &&
       !json_is_true(json_object_get(result, "isError"))) {
-    outcome = mcp_applied(
-                  result,
-                  r->status.applied_when == IDEM__APPLIED_WHEN_KEY_PRESENT,
-                  idem_step_check_key(c->s), r->status.pointer,
-                  r->status.equals)
-                  ? IDEM_OUTCOME_APPLIED
-                  : IDEM_OUTCOME_NOT_APPLIED;
+    outcome =
+        mcp_applied(
+            result, r->status.applied_when == IDEM__APPLIED_WHEN_KEY_PRESENT,
+            idem_step_check_key(c->s), r->status.pointer, r->status.equals)
+            ? IDEM_OUTCOME_APPLIED
+            : IDEM_OUTCOME_NOT_APPLIED;
   }
   if (outcome == IDEM_OUTCOME_APPLIED &&
       mcp_member(line, len, "result", &vs, &ve) == 1)
@@ -887,10 +886,9 @@ static void on_server_response(gw *w, const mcp_msg *m, const char *line,
     const char *text;
     size_t tlen;
     char err[400];
-    int is_error, outcome =
-        exec_outcome(m, line, len, &text, &tlen, &is_error, err, sizeof err);
-    set_input(p->c, outcome, is_error ? NULL : text, tlen,
-              err[0] ? err : NULL);
+    int is_error, outcome = exec_outcome(m, line, len, &text, &tlen, &is_error,
+                                         err, sizeof err);
+    set_input(p->c, outcome, is_error ? NULL : text, tlen, err[0] ? err : NULL);
     submit(w, p->c, J_LATE);
     p->c = NULL;
     break;
@@ -942,8 +940,9 @@ static void on_server_line(void *ctx, const char *line, size_t len,
       p = pend_find(w, strtoll(num, NULL, 10));
     }
     if (p)
-      pend_fail(w, p, "the server's answer was larger than the limit "
-                      "(idem mcp --max-message)");
+      pend_fail(w, p,
+                "the server's answer was larger than the limit "
+                "(idem mcp --max-message)");
     return;
   }
   if (mcp_msg_parse(line, len, &m, err, sizeof err)) {
@@ -957,8 +956,7 @@ static void on_server_line(void *ctx, const char *line, size_t len,
     to_client(w, "\n", 1);
     break;
   case MCP_RESPONSE: on_server_response(w, &m, line, len); break;
-  default:
-    cli_err("the server sent a line that is not JSON-RPC 2.0; dropped");
+  default: cli_err("the server sent a line that is not JSON-RPC 2.0; dropped");
   }
   mcp_msg_free(&m);
 }
@@ -1144,7 +1142,7 @@ static int loop(gw *w) {
     pf[n++].events = POLLIN;
     pf[n].fd = w->wake[0];
     pf[n++].events = POLLIN;
-    if (!w->cin_eof && w->sout.len < QUEUE_HIGH) {
+    if (!w->cin_eof && w->sout.len < QUEUE_HIGH && w->cout.len < QUEUE_HIGH) {
       ic = n;
       pf[n].fd = 0;
       pf[n++].events = POLLIN;

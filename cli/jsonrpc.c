@@ -219,8 +219,8 @@ int mcp_msg_parse(const char *line, size_t len, mcp_msg *m, char *err,
   memset(m, 0, sizeof m[0]);
   /* duplicate names are refused: the scanner and a peer could otherwise
   ** read different members (jansson keeps the last, the scanner the first) */
-  m->root = json_loadb(line, len, JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES,
-                       &je);
+  m->root = json_loadb(line, len,
+                       JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES, &je);
   if (!m->root) {
     snprintf(err, errn, "%s at byte %d", je.text, je.position);
     return -1;
@@ -257,8 +257,8 @@ int mcp_prefix_id(const char *p, size_t n, size_t *vs, size_t *ve) {
   return mcp_member(p, n, "id", vs, ve) == 1;
 }
 
-int mcp_splice(mcp_buf *out, const char *line, size_t len, size_t vs,
-               size_t ve, const char *repl, size_t rlen) {
+int mcp_splice(mcp_buf *out, const char *line, size_t len, size_t vs, size_t ve,
+               const char *repl, size_t rlen) {
   size_t mark = out->len;
   if (mcp_buf_put(out, line, vs) || mcp_buf_put(out, repl, rlen) ||
       mcp_buf_put(out, line + ve, len - ve) || mcp_buf_put(out, "\n", 1)) {
@@ -295,7 +295,8 @@ int mcp_put_with_meta(mcp_buf *out, const char *obj, size_t len,
   char *dump = NULL;
   int found = mcp_member(obj, len, "_meta", &vs, &ve), rc = -1;
   if (found < 0) return -1;
-  if (found) meta = json_loadb(obj + vs, ve - vs, JSON_DECODE_INT_AS_REAL, NULL);
+  if (found)
+    meta = json_loadb(obj + vs, ve - vs, JSON_DECODE_INT_AS_REAL, NULL);
   if (!json_is_object(meta)) {
     json_decref(meta);
     meta = json_object();

@@ -96,8 +96,8 @@ void mcp_msg_free(mcp_msg *m);
 int mcp_prefix_id(const char *p, size_t n, size_t *vs, size_t *ve);
 
 /* Append line with the bytes [vs, ve) replaced by repl, and a newline. */
-int mcp_splice(mcp_buf *out, const char *line, size_t len, size_t vs,
-               size_t ve, const char *repl, size_t rlen);
+int mcp_splice(mcp_buf *out, const char *line, size_t len, size_t vs, size_t ve,
+               const char *repl, size_t rlen);
 
 /* Append a JSON-RPC error response: id is raw JSON text (NULL: null). */
 int mcp_put_error(mcp_buf *out, const char *id, size_t idlen, int code,

@@ -23,8 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define LIMIT 512
 
-static void check_line(void *ctx, const char *line, size_t len,
-                       int oversized) {
+static void check_line(void *ctx, const char *line, size_t len, int oversized) {
   mcp_msg m;
   char err[300];
   size_t vs, ve;
@@ -49,8 +48,8 @@ static void check_line(void *ctx, const char *line, size_t len,
       out.len = 0;
       if (mcp_put_with_meta(&out, line, len, add) == 0) {
         v = json_loadb(out.p, out.len, JSON_DECODE_INT_AS_REAL, NULL);
-        if (!v || !json_is_true(json_object_get(
-                      json_object_get(v, "_meta"), "io.idem/x")))
+        if (!v || !json_is_true(json_object_get(json_object_get(v, "_meta"),
+                                                "io.idem/x")))
           abort();
         json_decref(v);
       }
@@ -63,10 +62,8 @@ static void check_line(void *ctx, const char *line, size_t len,
         abort();
     }
     mcp_applied(json_object_get(m.root, "result"), 1, "k", NULL, NULL);
-    mcp_applied(json_object_get(m.root, "result"), 0, NULL, "/a/0~1b",
-                "\"x\"");
-    if (mcp_member(line, len, "params", &vs, &ve) == 1 &&
-        (vs > ve || ve > len))
+    mcp_applied(json_object_get(m.root, "result"), 0, NULL, "/a/0~1b", "\"x\"");
+    if (mcp_member(line, len, "params", &vs, &ve) == 1 && (vs > ve || ve > len))
       abort();
     mcp_msg_free(&m);
   }

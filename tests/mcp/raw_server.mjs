@@ -10,6 +10,7 @@
 //   noise        a line that is not JSON, then the result in three writes
 //   huge {bytes} a result of that many bytes
 //   exit {code}  exits with that status
+//   hang         never answers
 import fs from "node:fs";
 
 const dir = process.argv[2];
@@ -22,6 +23,7 @@ const tools = [
   { name: "noise", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
   { name: "huge", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
   { name: "exit", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
+  { name: "hang", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
 ];
 
 let buf = "";
@@ -70,5 +72,8 @@ function handle(m) {
     break;
   case "exit":
     process.exit(a.code);
+    break;
+  case "hang":
+    break;
   }
 }

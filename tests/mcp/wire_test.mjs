@@ -121,6 +121,26 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
                                      { encoding: "utf8" }));
   check(rec.state === "succeeded" && rec.resolution === "late", "the late answer is recorded (resolution late)", rec);
 
+  // the model re-issues it with a new call id: the late outcome was never
+  // told, so the fence answers already_applied with the recorded result
+  g.send(req(31, "tools/call", { name: "slow_refund", arguments: { order: 1 }, _meta: { "io.idem/call_id": "late_2" } }));
+  const again = await g.byId(31);
+  check(!again.result?.isError && again.result?._meta?.["io.idem/status"] === "already_applied" &&
+        again.result._meta["io.idem/duplicate_of"] === "late_1" && again.result.content?.[0]?.text === '{"refunded":true}',
+        "a re-issue with a new call id gets already_applied and the late result", again);
+  check(fs.readFileSync(`${dir}/ledger`, "utf8").split("\n").filter(Boolean).length === 1,
+        "... and the server ran it once");
+
+  // the client cancels a forwarded request: the server hears of it by its id
+  g.send(req("h", "tools/call", { name: "hang", arguments: {} }));
+  await sleep(200);
+  g.send(JSON.stringify({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: "h", reason: "bored" } }) + "\n");
+  await sleep(300);
+  const hang = received(dir).find((m) => m.params?.name === "hang");
+  const hcancel = received(dir).filter((m) => m.method === "notifications/cancelled").at(-1);
+  check(hcancel?.params.requestId === hang?.id && hcancel.params.reason === "bored",
+        "a client's cancellation reaches the server with the id the server knows", hcancel, hang);
+
   check(g.bad.length === 0, "every line the gateway wrote is one whole JSON text", g.bad);
 
   // the server's exit status is the gateway's
@@ -152,8 +172,8 @@ for (const [args, want, what] of [
   [["mcp", "--policy", "/nonexistent.json", "--", "true"], /nonexistent/, "a policy that cannot be read"],
   [["mcp", "--policy", path.join(here, "raw_policy.json"), "--max-message", "12", "--", "true"], /--max-message/,
    "a --max-message out of range"],
-  [["mcp", "--policy", path.join(here, "raw_policy.json"), "--log", "sqlite:/nonexistent/dir/log.db", "--", "true"],
-   /nonexistent/, "a log that cannot be opened"],
+  [["mcp", "--policy", path.join(here, "raw_policy.json"), "--log", "sqlite:/dev/null/log.db", "--", "true"],
+   /\/dev\/null/, "a log that cannot be opened"],
 ]) {
   let out;
   try { execFileSync(idem, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }); out = { status: 0 }; }
