@@ -774,12 +774,15 @@ static gcall *late_for(gw *w, gcall *c) {
   return l;
 }
 
-/* What the server's answer to an execute says happened. */
-static int exec_outcome(const mcp_msg *m, const char *line, size_t len,
-                        const char **text, size_t *tlen, int *is_error,
-                        char *err, size_t errn) {
+/* What the server's answer to an execute says happened: the outcome, made
+** the input of c's next job (finish, or a late result's record).  *text is
+** the raw "result" (or "error", *is_error) member of the answer. */
+static int take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
+                       const char **text, size_t *tlen, int *is_error) {
   size_t vs, ve;
   json_t *result = json_object_get(m->root, "result");
+  char err[400];
+  int outcome;
   *text = NULL;
   *tlen = 0;
   *is_error = 0;
@@ -789,16 +792,16 @@ static int exec_outcome(const mcp_msg *m, const char *line, size_t len,
       *text = line + vs;
       *tlen = ve - vs;
     }
+    outcome = IDEM_OUTCOME_APPLIED;
     if (json_is_true(json_object_get(result, "isError"))) {
-      snprintf(err, errn, "the tool answered isError");
-      return IDEM_OUTCOME_REJECTED;
+      snprintf(err, sizeof err, "the tool answered isError");
+      outcome = IDEM_OUTCOME_REJECTED;
     }
-    return IDEM_OUTCOME_APPLIED;
   } else {
     json_t *e = json_object_get(m->root, "error");
     double code = json_number_value(json_object_get(e, "code"));
     const char *msg = json_string_value(json_object_get(e, "message"));
-    snprintf(err, errn, "the server answered error %.0f: %s", code,
+    snprintf(err, sizeof err, "the server answered error %.0f: %s", code,
              msg ? msg : "");
     if (mcp_member(line, len, "error", &vs, &ve) == 1) {
       *text = line + vs;
@@ -806,19 +809,20 @@ static int exec_outcome(const mcp_msg *m, const char *line, size_t len,
       *is_error = 1;
     }
     /* protocol errors: the request was not processed */
-    if (code == -32700 || code == -32600 || code == -32601 || code == -32602)
-      return IDEM_OUTCOME_REJECTED;
-    return IDEM_OUTCOME_UNKNOWN;
+    outcome =
+        code == -32700 || code == -32600 || code == -32601 || code == -32602
+            ? IDEM_OUTCOME_REJECTED
+            : IDEM_OUTCOME_UNKNOWN;
   }
+  set_input(c, outcome, *is_error ? NULL : *text, *tlen, err[0] ? err : NULL);
+  return outcome;
 }
 
 static void on_exec_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
                            size_t len) {
   const char *text;
   size_t tlen;
-  char err[400];
-  int is_error, outcome = exec_outcome(m, line, len, &text, &tlen, &is_error,
-                                       err, sizeof err);
+  int is_error, outcome = take_answer(c, m, line, len, &text, &tlen, &is_error);
   c->gid = 0;
   c->timer = T_NONE;
   free(c->fresh_text);
@@ -830,7 +834,6 @@ static void on_exec_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
     c->fresh = outcome;
     c->fresh_is_error = is_error;
   }
-  set_input(c, outcome, is_error ? NULL : text, tlen, err[0] ? err : NULL);
   submit(w, c, J_FINISH);
 }
 
@@ -885,10 +888,8 @@ static void on_server_response(gw *w, const mcp_msg *m, const char *line,
   case P_LATE: {
     const char *text;
     size_t tlen;
-    char err[400];
-    int is_error, outcome = exec_outcome(m, line, len, &text, &tlen, &is_error,
-                                         err, sizeof err);
-    set_input(p->c, outcome, is_error ? NULL : text, tlen, err[0] ? err : NULL);
+    int is_error;
+    take_answer(p->c, m, line, len, &text, &tlen, &is_error);
     submit(w, p->c, J_LATE);
     p->c = NULL;
     break;
@@ -1027,7 +1028,7 @@ static int set_flags(int fd, int add) {
 /* Start the server with pipes on its stdin and stdout; 0 or an errno. */
 static int spawn(gw *w, char **argv) {
   int in[2], out[2], err[2], e = 0;
-  pid_t pid;
+  pid_t pid, parent = getpid();
   ssize_t k;
   if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
     return errno;
@@ -1036,6 +1037,7 @@ static int spawn(gw *w, char **argv) {
   if (pid == 0) {
     /* the server dies with us, and is signalled by us alone */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127); /* we died before the prctl */
     setpgid(0, 0);
     signal(SIGPIPE, SIG_DFL);
     if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0) _exit(127);
