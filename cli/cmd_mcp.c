@@ -72,7 +72,7 @@
 
 enum { P_FWD = 1, P_EXEC, P_CHECK, P_LATE, P_DROP };
 enum { T_NONE = 0, T_DELAY, T_WAIT, T_DEADLINE };
-enum { J_BEGIN = 1, J_FINISH, J_RESOLVE, J_POLL, J_DELIVER, J_LATE };
+enum { J_BEGIN = 1, J_FINISH, J_RESOLVE, J_POLL, J_DELIVER, J_LATE, J_CMD };
 
 typedef struct gw gw;
 typedef struct gcall gcall;
@@ -290,6 +290,16 @@ static void run_job(gcall *c) {
   case J_DELIVER:
     if (c->deliver) rc = idem_step_delivered(c->s);
     break;
+  case J_CMD: {
+    /* the policy's status command (as for idem exec), then its verdict */
+    char *out = NULL;
+    size_t len = 0;
+    int outcome = cli_status_check(c->s, idem_step_check_command(c->s),
+                                   c->session, c->call_id, c->tool, &out, &len);
+    rc = idem_step_resolve(c->s, outcome, out, out ? len : 0);
+    free(out);
+    break;
+  }
   case J_LATE:
     rc = idem_guard_late(c->g, c->session, c->call_id, c->token, c->outcome,
                          c->result, c->result_len, c->error);
@@ -441,6 +451,10 @@ static void send_check(gw *w, gcall *c) {
   size_t alen;
   const char *args = idem_step_check_args(c->s, &alen);
   pend *p;
+  if (!tool && idem_step_check_command(c->s)) {
+    submit(w, c, J_CMD); /* a shell command: on a worker, it blocks */
+    return;
+  }
   if (!tool || server_gone(w)) {
     set_input(c, IDEM_OUTCOME_UNKNOWN, NULL, 0, NULL);
     submit(w, c, J_RESOLVE);
@@ -507,9 +521,23 @@ static void answer(gw *w, gcall *c) {
     if (dup) json_object_set_new(add, "io.idem/duplicate_of", json_string(dup));
     if (message)
       json_object_set_new(add, "io.idem/message", json_string(message));
-    if (mcp_buf_puts(&b, ",\"result\":") ||
-        mcp_put_with_meta(&b, env + rs, re - rs, add))
-      oom();
+    if (mcp_buf_puts(&b, ",\"result\":")) oom();
+    if (json_is_array(
+            json_object_get(json_object_get(e, "result"), "content"))) {
+      if (mcp_put_with_meta(&b, env + rs, re - rs, add)) oom();
+    } else {
+      /* not a tool result (a status command's output): its JSON as text */
+      char *d = json_dumps(add, JSON_COMPACT), *t = dupn(env + rs, re - rs);
+      if (!d || !t ||
+          mcp_buf_puts(&b, "{\"content\":[{\"type\":\"text\",\"text\":"))
+        oom();
+      put_json_string(&b, t);
+      if (mcp_buf_puts(&b, "}],\"_meta\":") || mcp_buf_puts(&b, d) ||
+          mcp_buf_puts(&b, "}"))
+        oom();
+      free(d);
+      free(t);
+    }
     json_decref(add);
   } else {
     if (mcp_buf_puts(&b, ",\"result\":")) oom();

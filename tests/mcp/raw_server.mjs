@@ -5,7 +5,7 @@
 //
 // DIR/received gets every line it reads.  Tools:
 //   slow_refund  appends to DIR/ledger, answers after $RAW_DELAY ms even
-//                when cancelled (a late result)
+//                when cancelled (a late result); slow_charge: the same
 //   burst {n}    n notifications/message, then the result
 //   noise        a line that is not JSON, then the result in three writes
 //   huge {bytes} a result of that many bytes
@@ -19,6 +19,7 @@ const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
 const result = (id, obj) => send({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: JSON.stringify(obj) }] } });
 const tools = [
   { name: "slow_refund", inputSchema: { type: "object" } },
+  { name: "slow_charge", inputSchema: { type: "object" } },
   { name: "burst", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
   { name: "noise", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
   { name: "huge", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
@@ -51,6 +52,7 @@ function handle(m) {
   const a = m.params.arguments ?? {};
   switch (m.params.name) {
   case "slow_refund":
+  case "slow_charge":
     fs.appendFileSync(`${dir}/ledger`, JSON.stringify({ key: m.params._meta?.["io.idem/key"] }) + "\n");
     setTimeout(() => result(m.id, { refunded: true }), delay);
     break;

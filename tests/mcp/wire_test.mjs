@@ -46,7 +46,7 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
 
 {
   const dir = tmpdir("wire");
-  const g = gateway(dir, { RAW_DELAY: "1000" });
+  const g = gateway(dir, { RAW_DELAY: "1000", RAW_DIR: dir });
   g.send(init);
   await g.byId(0);
   g.send(req(1, "tools/list"));
@@ -130,6 +130,13 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
         "a re-issue with a new call id gets already_applied and the late result", again);
   check(fs.readFileSync(`${dir}/ledger`, "utf8").split("\n").filter(Boolean).length === 1,
         "... and the server ran it once");
+
+  // a status command in the policy (as for idem exec) reconciles too
+  g.send(req(32, "tools/call", { name: "slow_charge", arguments: { order: 2 }, _meta: { "io.idem/call_id": "cmd_1" } }));
+  const viaCmd = await g.byId(32);
+  check(!viaCmd.result?.isError && viaCmd.result?._meta?.["io.idem/status"] === "succeeded" &&
+        viaCmd.result?.content?.[0]?.text === '{"found":true}',
+        "past the deadline, the policy's status command finds it applied: succeeded", viaCmd);
 
   // the client cancels a forwarded request: the server hears of it by its id
   g.send(req("h", "tools/call", { name: "hang", arguments: {} }));
