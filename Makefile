@@ -1,7 +1,7 @@
 # The two commands of the README, and their parts.  CMake does the building;
 # this file only strings the steps together.
 #
-#   make demo   install what is missing, build, and show idem at work
+#   make demo   install what is missing, build, and run `idem demo`
 #   make test   the whole suite: Release and ASan+UBSan builds with -Werror,
 #               every CTest test in each, and a short libFuzzer run
 
@@ -20,7 +20,7 @@ build: deps
 	cmake --build build -j $(JOBS)
 
 demo: build
-	@scripts/demo.sh build/idem
+	@build/idem demo
 
 test: deps
 	@scripts/install-deps.sh --peers
@@ -40,7 +40,7 @@ test-asan:
 # A short coverage-guided run of each target from the committed corpus.
 fuzz:
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_FUZZ=ON -DIDEM_TESTS=OFF
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_canon fuzz_key fuzz_policy fuzz_mcp
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_canon fuzz_key fuzz_policy fuzz_http fuzz_mcp
 	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 bench: build

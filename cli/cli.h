@@ -101,6 +101,7 @@ typedef struct cli_run_opts {
   int kill_on_deadline;  /* SIGKILL it (its group) past the deadline    */
   int new_group;         /* run it in a process group of its own        */
   size_t max_output;     /* stdout cap                                  */
+  int merge_stderr;      /* its stderr goes where its stdout goes       */
 } cli_run_opts;
 
 typedef struct cli_run_result {
@@ -130,6 +131,14 @@ int cli_env_build(cli_env *e, const char *key, const char *session,
                   const char *call, const char *tool, int attempt);
 void cli_env_free(cli_env *e);
 
+/* The largest output of a tool or a status command that is kept. */
+#define CLI_MAX_OUTPUT ((size_t)16 << 20)
+
+/* The result of a command as JSON: its stdout when that is a JSON text,
+** else stdout as a string (one trailing newline dropped, bad UTF-8 bytes as
+** U+FFFD).  NULL for empty output.  free() it. */
+char *cli_result_json(const char *out, size_t len);
+
 /* Run the status command cmd of the action step s is checking: sh -c cmd,
 ** the environment above, the action's arguments on stdin, killed past the
 ** step's deadline.  Exit 0 -> APPLIED (*out its stdout, free()), 100 ->
@@ -139,6 +148,37 @@ int cli_status_check(const idem_step *s, const char *cmd, const char *session,
                      size_t *out_len);
 
 /* Verbs. */
+/* ---- drive.c: a step walked to its answer ---------------------------------- */
+
+/* The exit status of an answer (SPEC §9). */
+int cli_exit_for(int answer);
+
+/* The status check of the action step s is checking (CHECK): cmd, else the
+** policy's status command, else its status tool when that is an HTTP tool.
+** Returns the outcome; *result is the applied result (free()) or NULL. */
+int cli_check(const idem_policy *p, idem_step *s, const char *cmd,
+              const char *session, const char *call_id, const char *tool,
+              char **result);
+
+/* How a verb calls its tool.  execute makes one attempt (returns -1 when it
+** could not even start, with the reason in error); the hooks, when set, see
+** each attempt's and each check's outcome (idem demo tells them). */
+typedef struct cli_driver {
+  int (*execute)(void *ctx, idem_step *s, int *outcome, char **result,
+                 char *error, size_t errn);
+  void (*on_attempt)(void *ctx, const idem_step *s, int outcome,
+                     const char *error);
+  void (*on_check)(void *ctx, const idem_step *s, int outcome);
+  void *ctx;
+  const idem_policy *policy;
+  const idem_call *call;
+  const char *status; /* a status command over the policy's, or NULL */
+} cli_driver;
+
+/* Walk s to its answer, print the envelope on stdout, mark it delivered;
+** returns the exit status of SPEC §9 (EXIT_FAIL when the log failed). */
+int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d);
+
 int cmd_canon(int argc, char **argv);
 int cmd_key(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
@@ -146,6 +186,8 @@ int cmd_bench(int argc, char **argv);
 /* bench_guard.c: the guard's figures, into dir. */
 int bench_guard(const char *dir, int quick);
 int cmd_exec(int argc, char **argv);
+int cmd_call(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv); /* idem __run: exec's runner, hidden */
 int cmd_mcp(int argc, char **argv);
 int cmd_ls(int argc, char **argv);

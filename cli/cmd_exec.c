@@ -34,56 +34,9 @@
 
 extern char **environ;
 
-#define MAX_OUTPUT ((size_t)16 << 20)
+#define MAX_OUTPUT CLI_MAX_OUTPUT
 
 /* ---- results --------------------------------------------------------------- */
-
-/* The result of a command as JSON: its stdout when that is a JSON text,
-** else stdout as a string (one trailing newline dropped, bad UTF-8 bytes as
-** U+FFFD).  NULL for empty output.  free() it. */
-static char *result_json(const char *out, size_t len) {
-  idem_canon *c = NULL;
-  const char *canon;
-  size_t clen, bad, i;
-  idem__buf b, clean;
-  char *json = NULL;
-  if (!out || len == 0) return NULL;
-  if (idem_canon_open(&c) != IDEM_OK) return NULL;
-  idem_canon_limit(c, IDEM_LIMIT_BYTES, MAX_OUTPUT);
-  if (idem_canon_json(c, out, len, &canon, &clen) == IDEM_OK) {
-    if ((json = malloc(clen + 1))) {
-      memcpy(json, canon, clen);
-      json[clen] = '\0';
-    }
-    idem_canon_close(c);
-    return json;
-  }
-  idem_canon_close(c);
-  if (out[len - 1] == '\n') len--;
-  idem__buf_init(&b, MAX_OUTPUT * 6 + 16);
-  idem__buf_init(&clean, MAX_OUTPUT * 3 + 16);
-  for (i = 0; i < len;) {
-    const unsigned char *p = (const unsigned char *)out + i;
-    size_t k =
-        *p < 0x80 ? 1 : idem__utf8_len(p, (const unsigned char *)out + len);
-    if (k && *p) {
-      idem__buf_append(&clean, p, k);
-      i += k;
-    } else {
-      idem__buf_append(&clean, "\xEF\xBF\xBD", 3);
-      i++;
-    }
-  }
-  if (idem__canon_string(&b, clean.p ? clean.p : "", clean.len, &bad) ==
-          IDEM_OK &&
-      (json = malloc(b.len + 1))) {
-    memcpy(json, b.p, b.len);
-    json[b.len] = '\0';
-  }
-  idem__buf_free(&b);
-  idem__buf_free(&clean);
-  return json;
-}
 
 static int in_list(const int *codes, int n, int code) {
   for (int i = 0; i < n; i++)
@@ -136,12 +89,16 @@ typedef struct exec_ctx {
   const char *log;
   char **command;
   int ncommand;
+  const idem_call *call;
+  const idem__tool_rule *rule;
 } exec_ctx;
 
 /* Run the command once for step s; the outcome, result and error out. */
-static int attempt(const exec_ctx *x, idem_step *s, const idem_call *call,
-                   const idem__tool_rule *rule, int *outcome, char **result,
+static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
                    char *error, size_t errn) {
+  const exec_ctx *x = ctx;
+  const idem_call *call = x->call;
+  const idem__tool_rule *rule = x->rule;
   char token[32], codes[512], self[4096];
   char **argv;
   cli_env env;
@@ -229,33 +186,6 @@ static int attempt(const exec_ctx *x, idem_step *s, const idem_call *call,
   return 0;
 }
 
-/* The status command of the action under check (see cli_status_check). */
-static int check(idem_step *s, const idem_call *call, int *outcome,
-                 char **result) {
-  char *out = NULL;
-  size_t len = 0;
-  *result = NULL;
-  *outcome = cli_status_check(s, idem_step_check_command(s), call->session,
-                              call->call_id, call->tool, &out, &len);
-  if (*outcome == IDEM_OUTCOME_APPLIED) *result = result_json(out, len);
-  free(out);
-  return 0;
-}
-
-static int exit_for(int answer) {
-  switch (answer) {
-  case IDEM_ANSWER_SUCCEEDED:
-  case IDEM_ANSWER_ALREADY_APPLIED: return 0;
-  case IDEM_ANSWER_FAILED: return 1;
-  case IDEM_ANSWER_INVALID_ARGUMENTS:
-  case IDEM_ANSWER_CONFLICT: return 65;
-  case IDEM_ANSWER_OUTCOME_UNKNOWN:
-  case IDEM_ANSWER_IN_PROGRESS: return 75;
-  case IDEM_ANSWER_REFUSED: return 77;
-  default: return 1;
-  }
-}
-
 /* ---- policy overrides from the command line ------------------------------- */
 
 static int load_policy(const char *path, const char *tool, long long timeout,
@@ -332,14 +262,15 @@ int cmd_exec(int argc, char **argv) {
   const char *policy_path = NULL, *log = NULL, *args = "{}", *status = NULL;
   idem_call call = {NULL, NULL, NULL, NULL, 0};
   size_t timeout = 0;
-  char *stdin_args = NULL, *result = NULL, error[512], logbuf[4200];
+  char *stdin_args = NULL, logbuf[4200];
   idem_policy *policy = NULL;
   idem_guard *g = NULL;
   idem_step *s = NULL;
   idem__tool_rule scratch;
   const idem__tool_rule *rule;
   exec_ctx x;
-  int ch, rc, code = EXIT_FAIL, outcome;
+  cli_driver d;
+  int ch, rc, code = EXIT_FAIL;
 
   while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
     switch (ch) {
@@ -408,47 +339,14 @@ int cmd_exec(int argc, char **argv) {
     cli_err("%s; the command was not run", idem_guard_errmsg(g));
     goto out;
   }
-  for (;;) {
-    switch (idem_step_next(s)) {
-    case IDEM_NEXT_EXECUTE:
-      idem__sleep_ms(idem_step_delay_ms(s));
-      error[0] = '\0';
-      if (attempt(&x, s, &call, rule, &outcome, &result, error, sizeof error)) {
-        cli_err("cannot run the command: %s", strerror(errno));
-        outcome = IDEM_OUTCOME_NOT_APPLIED;
-      }
-      rc = idem_step_finish(s, outcome, result, result ? strlen(result) : 0,
-                            error[0] ? error : NULL);
-      free(result);
-      result = NULL;
-      break;
-    case IDEM_NEXT_CHECK:
-      if (check(s, &call, &outcome, &result)) outcome = IDEM_OUTCOME_UNKNOWN;
-      rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
-      free(result);
-      result = NULL;
-      break;
-    case IDEM_NEXT_WAIT:
-      idem__sleep_ms(idem_step_delay_ms(s));
-      rc = idem_step_poll(s);
-      break;
-    case IDEM_NEXT_ANSWER: {
-      size_t len;
-      const char *env = idem_step_envelope(s, &len);
-      fwrite(env, 1, len, stdout);
-      fputc('\n', stdout);
-      if (cli_flush() != EXIT_OK) goto out;
-      idem_step_delivered(s);
-      code = exit_for(idem_step_answer(s));
-      goto out;
-    }
-    default: rc = IDEM_MISUSE;
-    }
-    if (rc) {
-      cli_err("%s", idem_guard_errmsg(g));
-      goto out;
-    }
-  }
+  x.call = &call;
+  x.rule = rule;
+  memset(&d, 0, sizeof d);
+  d.execute = attempt;
+  d.ctx = &x;
+  d.policy = policy;
+  d.call = &call;
+  code = cli_drive(g, s, &d);
 out:
   idem_step_free(s);
   idem_guard_close(g);
@@ -527,7 +425,7 @@ int cmd_run(int argc, char **argv) {
   error[0] = '\0';
   if (outcome != IDEM_OUTCOME_APPLIED) describe(&res, -1, error, sizeof error);
   if (outcome == IDEM_OUTCOME_APPLIED || outcome == IDEM_OUTCOME_REJECTED)
-    result = result_json(res.out, res.out_len);
+    result = cli_result_json(res.out, res.out_len);
   free(input);
   free(res.out);
 

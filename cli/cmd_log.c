@@ -331,6 +331,7 @@ typedef struct doubt {
 
 typedef struct recover_job {
   idem_guard *g;
+  const idem_policy *policy;
   const char *status; /* --status CMD, or NULL for the policy's */
   int batch;
   doubt *v;
@@ -573,10 +574,9 @@ static void *recover_worker(void *arg) {
       if (cmd && j->batch) {
         if (!have_batch && batch_start(&b, cmd) == 0) have_batch = 1;
         if (have_batch) outcome = check_batch(&b, s, &j->v[i], &result);
-      } else if (cmd) {
-        size_t len;
-        outcome = cli_status_check(s, cmd, j->v[i].session, j->v[i].call_id,
-                                   j->v[i].tool, &result, &len);
+      } else {
+        outcome = cli_check(j->policy, s, cmd, j->v[i].session, j->v[i].call_id,
+                            j->v[i].tool, &result);
       }
       rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
       free(result);
@@ -659,6 +659,7 @@ int cmd_recover(int argc, char **argv) {
     rc = EXIT_FAIL;
   }
   if (rc == EXIT_OK) {
+    j.policy = policy;
     j.v = d.v;
     j.n = d.n;
     pthread_mutex_init(&j.mu, NULL);

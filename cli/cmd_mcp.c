@@ -33,7 +33,8 @@
 ** (struct gcall) that walks the guard's steps (include/idem.h): EXECUTE
 ** sends tools/call to the server with the canonical arguments, the key in
 ** key_arg and in _meta "io.idem/key"; CHECK calls the policy's status tool
-** on the same server; WAIT sets a timer; ANSWER turns the envelope into a
+** on the same server (or runs its status command on a worker, as idem exec
+** does); WAIT sets a timer; ANSWER turns the envelope into a
 ** tool result for the client.  Past its deadline an execute is answered
 ** unknown to the guard, the server gets notifications/cancelled, and the
 ** request's id stays mapped: a response that still comes is recorded as a

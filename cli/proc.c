@@ -43,6 +43,7 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  if (o->merge_stderr) posix_spawn_file_actions_adddup2(&fa, out[1], 2);
   posix_spawnattr_init(&sa);
   if (o->new_group) {
     posix_spawnattr_setpgroup(&sa, 0);

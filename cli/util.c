@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "idemInt.h"
 
 void cli_err(const char *fmt, ...) {
   va_list ap;
@@ -124,4 +125,51 @@ int cli_flush(void) {
     return EXIT_FAIL;
   }
   return EXIT_OK;
+}
+
+/* The result of a command as JSON: its stdout when that is a JSON text,
+** else stdout as a string (one trailing newline dropped, bad UTF-8 bytes as
+** U+FFFD).  NULL for empty output.  free() it. */
+char *cli_result_json(const char *out, size_t len) {
+  idem_canon *c = NULL;
+  const char *canon;
+  size_t clen, bad, i;
+  idem__buf b, clean;
+  char *json = NULL;
+  if (!out || len == 0) return NULL;
+  if (idem_canon_open(&c) != IDEM_OK) return NULL;
+  idem_canon_limit(c, IDEM_LIMIT_BYTES, CLI_MAX_OUTPUT);
+  if (idem_canon_json(c, out, len, &canon, &clen) == IDEM_OK) {
+    if ((json = malloc(clen + 1))) {
+      memcpy(json, canon, clen);
+      json[clen] = '\0';
+    }
+    idem_canon_close(c);
+    return json;
+  }
+  idem_canon_close(c);
+  if (out[len - 1] == '\n') len--;
+  idem__buf_init(&b, CLI_MAX_OUTPUT * 6 + 16);
+  idem__buf_init(&clean, CLI_MAX_OUTPUT * 3 + 16);
+  for (i = 0; i < len;) {
+    const unsigned char *p = (const unsigned char *)out + i;
+    size_t k =
+        *p < 0x80 ? 1 : idem__utf8_len(p, (const unsigned char *)out + len);
+    if (k && *p) {
+      idem__buf_append(&clean, p, k);
+      i += k;
+    } else {
+      idem__buf_append(&clean, "\xEF\xBF\xBD", 3);
+      i++;
+    }
+  }
+  if (idem__canon_string(&b, clean.p ? clean.p : "", clean.len, &bad) ==
+          IDEM_OK &&
+      (json = malloc(b.len + 1))) {
+    memcpy(json, b.p, b.len);
+    json[b.len] = '\0';
+  }
+  idem__buf_free(&b);
+  idem__buf_free(&clean);
+  return json;
 }

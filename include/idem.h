@@ -424,6 +424,13 @@ IDEM_API const char *idem_step_check_command(const idem_step *s);
 ** or the earlier identical call's when that one fences this call. */
 IDEM_API const char *idem_step_check_key(const idem_step *s);
 IDEM_API const char *idem_step_check_target(const idem_step *s, size_t *len);
+/* What the result of the status tool (idem_step_check_tool) says under the
+** policy's applied_when: IDEM_OUTCOME_APPLIED, IDEM_OUTCOME_NOT_APPLIED
+** (the status tool answered without showing the action), or
+** IDEM_OUTCOME_UNKNOWN when result is not JSON.  A front end that calls a
+** status tool passes its result here, then to idem_step_resolve(). */
+IDEM_API int idem_step_check_verdict(const idem_step *s, const char *result,
+                                     size_t len);
 /* The attempt number of the coming EXECUTE (1, 2, ...). */
 IDEM_API int idem_step_attempt(const idem_step *s);
 IDEM_API long long idem_step_deadline_ms(const idem_step *s);

@@ -6,7 +6,7 @@
 #   scripts/install-deps.sh --peers  also the npm test peers (tests/peers, tests/mcp)
 set -eu
 
-PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev python3 clang libclang-rt-dev"
+PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libmicrohttpd-dev curl python3 clang libclang-rt-dev"
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 

@@ -55,6 +55,9 @@
 #define RACE_LIMIT 16 /* re-decisions after lost races before giving up */
 
 #define CANON_POOL 64
+#define WORKER_IDLE_S 30 /* an idle worker of idem_guard_call lives this long */
+
+typedef struct workers workers;
 
 struct idem_guard {
   unsigned magic;
@@ -68,6 +71,7 @@ struct idem_guard {
   ** never fetches SHA-256 from libcrypto again */
   idem_canon *pool[CANON_POOL];
   int npool;
+  workers *workers; /* idem_guard_call's tool threads, made on first use */
 };
 
 enum phase {
@@ -97,6 +101,8 @@ struct idem_step {
   long long started; /* when the call was made: its record's created */
   int races;
   int late_ok;          /* an execute timed out: a late finish is recorded   */
+  int doubted;          /* this EXECUTE retries an attempt whose outcome is  */
+                        /* unknown: "not applied" says nothing of that one   */
   int recover;          /* idem_guard_recover: check, never execute          */
   int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
   int told;             /* the delivery is recorded already                  */
@@ -744,6 +750,8 @@ int idem_guard_open(const char *log_url, const idem_policy *policy,
   return rc;
 }
 
+static void workers_release(workers *w);
+
 static void guard_unref(idem_guard *g) {
   int last;
   pthread_mutex_lock(&g->mu);
@@ -752,6 +760,7 @@ static void guard_unref(idem_guard *g) {
   if (!last) return;
   if (g->st) g->st->vt->close(g->st);
   while (g->npool > 0) idem_canon_close(g->pool[--g->npool]);
+  workers_release(g->workers);
   pthread_mutex_destroy(&g->mu);
   g->magic = IDEM__MAGIC_DEAD;
   idem__free(g);
@@ -1033,6 +1042,10 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     return gfail(IDEM_MISUSE, "finish without an EXECUTE step");
   }
   idem__crash_point("after_downstream_return");
+  /* A retry that did not take effect (refused, rate-limited) tells nothing
+  ** of the earlier attempt it repeats, which may have: still in doubt. */
+  if (s->doubted && outcome == IDEM_OUTCOME_NOT_APPLIED)
+    outcome = IDEM_OUTCOME_UNKNOWN;
   state = outcome == IDEM_OUTCOME_APPLIED       ? IDEM_STATE_SUCCEEDED
           : outcome == IDEM_OUTCOME_REJECTED    ? IDEM_STATE_FAILED
           : outcome == IDEM_OUTCOME_NOT_APPLIED ? IDEM_STATE_NOT_APPLIED
@@ -1079,6 +1092,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     if (s->rule->provider_dedupes && now->attempts < s->rule->retries + 1 &&
         now->created + s->rule->provider_key_ttl_s * 1000 > now_ms(s)) {
       s->attempt = now->attempts + 1;
+      s->doubted = 1;
       rc = repend(s, IDEM_STATE_IN_DOUBT, backoff(s->rule, now->attempts));
     } else
       rc = reconcile_own(s, now);
@@ -1099,6 +1113,7 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   if (s->phase != PH_CHECK_OWN && s->phase != PH_CHECK_EARLIER)
     return gfail(IDEM_MISUSE, "resolve without a CHECK step");
   if (outcome == IDEM_OUTCOME_REJECTED) outcome = IDEM_OUTCOME_NOT_APPLIED;
+  s->doubted = 0; /* a check answers for the action as a whole */
   if (result && !(res = result_json(s->c, result, result_len)))
     return gfail(IDEM_NOMEM, "out of memory");
   e = s->phase == PH_CHECK_EARLIER ? s->earlier : NULL;
@@ -1133,7 +1148,9 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
     else
       rc = decide(s);
   } else if (now->state == IDEM_STATE_SUCCEEDED) {
-    rc = answer_outcome(s, now, 1);
+    /* this call's own timed-out attempt, settled: not a replay; a resumed
+    ** action of an earlier run is one */
+    rc = answer_outcome(s, now, !s->late_ok);
   } else {
     rc = answer(s, IDEM_ANSWER_FAILED, 0, now->attempts, NULL, NULL,
                 "The %s call did not take effect (a status check confirmed "
@@ -1233,6 +1250,13 @@ int idem_step_attempt(const idem_step *s) {
   return s && s->magic == STEP_MAGIC ? s->attempt : 0;
 }
 
+int idem_step_check_verdict(const idem_step *s, const char *result,
+                            size_t len) {
+  if (!s || s->magic != STEP_MAGIC || !s->rule) return IDEM_OUTCOME_UNKNOWN;
+  return idem__status_verdict(&s->rule->status, idem_step_check_key(s), result,
+                              len);
+}
+
 long long idem_step_deadline_ms(const idem_step *s) {
   if (!s || s->magic != STEP_MAGIC || !s->rule) return 0;
   return s->next == IDEM_NEXT_CHECK ? s->rule->reconcile_timeout_ms
@@ -1304,8 +1328,7 @@ static void job_unref(run_job *j) {
   idem__free(j);
 }
 
-static void *job_main(void *arg) {
-  run_job *j = arg;
+static void job_run(run_job *j) {
   char *result = NULL, *error = NULL;
   int outcome, abandoned;
   outcome = (j->is_check ? j->tool.check : j->tool.run)(
@@ -1324,7 +1347,122 @@ static void *job_main(void *arg) {
     idem_guard_late(j->g, j->session, j->call_id, j->token, outcome, result,
                     result ? strlen(result) : 0, error);
   job_unref(j);
+}
+
+/*
+** The threads that run tools for idem_guard_call: a job goes to an idle
+** worker when there is one, else to a new thread (a tool that hangs keeps
+** its worker, never the next call's).  A worker idle for WORKER_IDLE_S
+** seconds ends.  The set outlives its guard until its last thread ends:
+** the guard holds one reference, every thread one.
+*/
+struct workers {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  run_job **queue; /* jobs not yet taken, a ring */
+  size_t cap, head, n;
+  int idle, refs, closing;
+};
+
+static void workers_unref_locked(workers *w) {
+  if (--w->refs > 0) {
+    pthread_mutex_unlock(&w->mu);
+    return;
+  }
+  pthread_mutex_unlock(&w->mu);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  idem__free(w->queue);
+  idem__free(w);
+}
+
+static void *worker_main(void *arg) {
+  workers *w = arg;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    run_job *j;
+    if (w->n == 0 && !w->closing) {
+      struct timespec until;
+      int rc = 0;
+      clock_gettime(CLOCK_MONOTONIC, &until);
+      until.tv_sec += WORKER_IDLE_S;
+      w->idle++;
+      while (w->n == 0 && !w->closing && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+      w->idle--;
+    }
+    if (w->n == 0) break; /* idle too long, or the guard is gone */
+    j = w->queue[w->head];
+    w->head = (w->head + 1) % w->cap;
+    w->n--;
+    pthread_mutex_unlock(&w->mu);
+    job_run(j);
+    pthread_mutex_lock(&w->mu);
+  }
+  workers_unref_locked(w);
   return NULL;
+}
+
+static void workers_release(workers *w) {
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  w->closing = 1;
+  pthread_cond_broadcast(&w->cv);
+  workers_unref_locked(w);
+}
+
+/* Hand job j to a worker of g's set.  0, or -1 when no thread could take
+** it (j untouched). */
+static int workers_post(idem_guard *g, run_job *j) {
+  pthread_condattr_t ca;
+  pthread_attr_t ta;
+  pthread_t th;
+  workers *w;
+  int rc = 0;
+  pthread_mutex_lock(&g->mu);
+  if (!g->workers && (g->workers = idem__malloc(sizeof *g->workers))) {
+    w = g->workers;
+    memset(w, 0, sizeof *w);
+    w->refs = 1;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&w->mu, NULL);
+  }
+  w = g->workers;
+  pthread_mutex_unlock(&g->mu);
+  if (!w) return -1;
+  pthread_mutex_lock(&w->mu);
+  if (w->n == w->cap) { /* grow the ring, keeping its order */
+    size_t cap = w->cap ? 2 * w->cap : 8, i;
+    run_job **q = idem__malloc(cap * sizeof *q);
+    if (!q) {
+      pthread_mutex_unlock(&w->mu);
+      return -1;
+    }
+    for (i = 0; i < w->n; i++) q[i] = w->queue[(w->head + i) % w->cap];
+    idem__free(w->queue);
+    w->queue = q;
+    w->cap = cap;
+    w->head = 0;
+  }
+  if (w->idle <= (int)w->n) { /* every idle worker is spoken for */
+    pthread_attr_init(&ta);
+    pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &ta, worker_main, w) == 0)
+      w->refs++;
+    else if (w->idle == 0)
+      rc = -1;
+    pthread_attr_destroy(&ta);
+  }
+  if (rc == 0) {
+    w->queue[(w->head + w->n) % w->cap] = j;
+    w->n++;
+    pthread_cond_signal(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return rc;
 }
 
 /* Run the tool (or its check) for at most deadline_ms.  On time: 0 and the
@@ -1335,8 +1473,6 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
                     char **error) {
   run_job *j = idem__malloc(sizeof *j);
   pthread_condattr_t ca;
-  pthread_attr_t ta;
-  pthread_t th;
   struct timespec until;
   const char *key = is_check ? idem_step_check_key(s) : s->key;
   size_t alen;
@@ -1372,15 +1508,11 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   pthread_cond_init(&j->cv, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&j->mu, NULL);
-  pthread_attr_init(&ta);
-  pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&th, &ta, job_main, j) != 0) {
-    pthread_attr_destroy(&ta);
+  if (workers_post(s->g, j) != 0) {
     j->refs = 1;
     job_unref(j);
     return gfail(IDEM_ERROR, "cannot start a worker thread");
   }
-  pthread_attr_destroy(&ta);
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += (time_t)(deadline_ms / 1000);
   until.tv_nsec += (long)(deadline_ms % 1000) * 1000000L;

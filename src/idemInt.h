@@ -168,6 +168,25 @@ typedef struct idem__status_rule {
 
 #define IDEM__MAX_EXIT_CODES 16
 
+/*
+** An HTTP tool (docs/POLICY.md, "http"): the request idem makes for it.
+** url and the header values are templates: "{name}" is the call's argument
+** `name` (percent-encoded in the URL), "{$key}" the key, "{$env:NAME}" an
+** environment variable of the harness.
+*/
+typedef struct idem__http_rule {
+  char *method;  /* "GET", "POST", "PUT", "PATCH" or "DELETE"      */
+  char *url;     /* http:// or https:// template                   */
+  char **hname;  /* extra headers: names ...                       */
+  char **hvalue; /* ... and value templates                        */
+  size_t nheaders;
+  char *key_header; /* guarded: the header carrying the key, or NULL  */
+  int send_body;    /* the arguments are the JSON body                */
+  int on_409;       /* enum idem_outcome of 409, 429 and 5xx answers  */
+  int on_429;       /* (IDEM_OUTCOME_UNKNOWN unless the policy says)  */
+  int on_5xx;
+} idem__http_rule;
+
 /* Everything the policy says about one tool, defaults filled in. */
 typedef struct idem__tool_rule {
   char *name;
@@ -188,6 +207,8 @@ typedef struct idem__tool_rule {
   int64_t retention_s;          /* records kept this long (604800)    */
   int has_status;
   idem__status_rule status;
+  int has_http; /* an HTTP tool: run by `idem call` and `idem demo` */
+  idem__http_rule http;
   /* exec: exit codes that mean applied / not applied / rejected */
   int exit_applied[IDEM__MAX_EXIT_CODES], n_exit_applied;         /* 0   */
   int exit_not_applied[IDEM__MAX_EXIT_CODES], n_exit_not_applied; /* 100 */
@@ -204,6 +225,11 @@ struct idem_policy {
   int err;
   char errmsg[300];
 };
+
+/* What a status tool's result says under the rule's applied_when (verdict.c):
+** IDEM_OUTCOME_APPLIED, _NOT_APPLIED, or _UNKNOWN when it is not JSON. */
+int idem__status_verdict(const idem__status_rule *s, const char *key,
+                         const char *result, size_t len);
 
 /* Fill r with the defaults for a guarded tool called name (not copied). */
 void idem__rule_defaults(idem__tool_rule *r, const char *name);

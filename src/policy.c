@@ -41,11 +41,13 @@
 ** runs nothing.  idem_policy_explain() refuses it (IDEM_MISUSE).
 */
 #define _POSIX_C_SOURCE 200809L /* strerror_r */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
@@ -307,6 +309,14 @@ static int want_name(ctx *c, const json_t *v, const char *what, char **out) {
   return *out ? IDEM_OK : nomem(c);
 }
 
+/* Any string, copied into *out. */
+static int want_string(ctx *c, const json_t *v, const char *what, char **out) {
+  if (!json_is_string(v))
+    return fail(c, "expected a string (%s), found %s", what, type_name(v));
+  *out = idem__strndup(json_string_value(v), json_string_length(v));
+  return *out ? IDEM_OK : nomem(c);
+}
+
 /* One of names (a NULL-terminated list), as its index. */
 static int want_enum(ctx *c, const json_t *v, const char *const *names,
                      int *index) {
@@ -405,6 +415,15 @@ static void rule_free(idem__tool_rule *r) {
   idem__free(r->status.command);
   idem__free(r->status.pointer);
   idem__free(r->status.equals);
+  idem__free(r->http.method);
+  idem__free(r->http.url);
+  for (i = 0; i < r->http.nheaders; i++) {
+    idem__free(r->http.hname[i]);
+    idem__free(r->http.hvalue[i]);
+  }
+  idem__free(r->http.hname);
+  idem__free(r->http.hvalue);
+  idem__free(r->http.key_header);
 }
 
 /* Forget every tool: the state of a policy that failed to load. */
@@ -435,7 +454,8 @@ enum {
   F_REPEAT_WINDOW_S,
   F_RETENTION_S,
   F_STATUS,
-  F_EXIT_CODES
+  F_EXIT_CODES,
+  F_HTTP
 };
 
 static const char *const TOOL_FIELDS[] = {"class",
@@ -454,6 +474,7 @@ static const char *const TOOL_FIELDS[] = {"class",
                                           "retention_s",
                                           "status",
                                           "exit_codes",
+                                          "http",
                                           NULL};
 
 /* What only a guarded tool can have (NULL: any class): there is no record,
@@ -474,7 +495,8 @@ static const char *const GUARDED_ONLY[] = {NULL,
                                            "a repeat_window_s",
                                            "a retention_s",
                                            "a status check",
-                                           "exit_codes"};
+                                           "exit_codes",
+                                           NULL};
 
 static const char *const CLASS_NAMES[] = {"guarded", "idempotent", "read_only",
                                           NULL};
@@ -707,6 +729,184 @@ static int parse_exit_codes(ctx *c, json_t *v, idem__tool_rule *r) {
   return IDEM_OK;
 }
 
+/* ---- http: an HTTP tool ------------------------------------------------------ */
+
+static const char *const HTTP_FIELDS[] = {"method",     "url",    "headers",
+                                          "key_header", "body",   "on_409",
+                                          "on_429",     "on_5xx", NULL};
+static const char *const METHODS[] = {"GET",   "POST",   "PUT",
+                                      "PATCH", "DELETE", NULL};
+static const char *const BODIES[] = {"arguments", "none", NULL};
+static const char *const ANSWER_OUTCOMES[] = {"unknown", "not_applied",
+                                              "rejected", NULL};
+static const int ANSWER_OUTCOME_VALUES[] = {
+    IDEM_OUTCOME_UNKNOWN, IDEM_OUTCOME_NOT_APPLIED, IDEM_OUTCOME_REJECTED};
+
+/* An HTTP token (RFC 9110 §5.6.2): what a header name may be. */
+static int is_token(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!(isalnum((unsigned char)*s) || strchr("!#$%&'*+-.^_`|~", *s)))
+      return 0;
+  return 1;
+}
+
+/* A template of a URL or a header value: every "{...}" is "{$key}",
+** "{$env:NAME}" or "{ARGUMENT}"; no control characters (and no spaces in a
+** URL, which must be percent-encoded). */
+static int check_text_template(ctx *c, const char *s, int url) {
+  const char *p, *end;
+  char q[40 * 6 + 16];
+  for (p = s; *p; p++) {
+    if ((unsigned char)*p < 0x20 || *p == 0x7f || (url && *p == ' ')) {
+      quote(q, s, 40);
+      return fail(c, "%s has %s at byte %zu%s", q,
+                  *p == ' ' ? "a space" : "a control character",
+                  (size_t)(p - s), url ? " (percent-encode it)" : "");
+    }
+    if (*p == '}') {
+      quote(q, s, 40);
+      return fail(c, "%s has a \"}\" without its \"{\" at byte %zu", q,
+                  (size_t)(p - s));
+    }
+    if (*p != '{') continue;
+    if (!(end = strchr(p + 1, '}')) || memchr(p + 1, '{', (size_t)(end - p))) {
+      quote(q, s, 40);
+      return fail(c, "%s has a \"{\" without its \"}\" at byte %zu", q,
+                  (size_t)(p - s));
+    }
+    if (end == p + 1) {
+      quote(q, s, 40);
+      return fail(c, "%s has an empty placeholder \"{}\" at byte %zu", q,
+                  (size_t)(p - s));
+    }
+    if (p[1] == '$') {
+      size_t n = (size_t)(end - p - 1), i;
+      int ok = n == 4 && memcmp(p + 1, "$key", 4) == 0;
+      if (!ok && n > 5 && memcmp(p + 1, "$env:", 5) == 0) {
+        ok = !isdigit((unsigned char)p[6]);
+        for (i = 6; ok && p + i < end; i++)
+          ok = isalnum((unsigned char)p[i]) || p[i] == '_';
+      }
+      if (!ok) {
+        quote(q, s, 40);
+        return fail(c,
+                    "%s: unknown placeholder at byte %zu (\"{$key}\" is the "
+                    "key, \"{$env:NAME}\" an environment variable, "
+                    "\"{name}\" an argument)",
+                    q, (size_t)(p - s));
+      }
+    }
+    p = end;
+  }
+  return IDEM_OK;
+}
+
+static int parse_headers(ctx *c, json_t *v, idem__http_rule *h) {
+  const char *k;
+  json_t *e;
+  size_t n = json_object_size(v);
+  int rc;
+  if (!json_is_object(v))
+    return fail(c, "expected an object (header names to values), found %s",
+                type_name(v));
+  if (n > 64) return fail(c, "more than 64 headers");
+  if (n && (!(h->hname = idem__malloc(n * sizeof *h->hname)) ||
+            !(h->hvalue = idem__malloc(n * sizeof *h->hvalue))))
+    return nomem(c);
+  json_object_foreach(v, k, e) {
+    size_t at = path_push(c, k);
+    if (!is_token(k)) return fail(c, "not a header name (an HTTP token)");
+    if (!strcasecmp(k, "Content-Length") || !strcasecmp(k, "Host") ||
+        !strcasecmp(k, "Transfer-Encoding") || !strcasecmp(k, "Connection"))
+      return fail(c, "is set by idem itself");
+    if ((rc = want_string(c, e, "a header value", &h->hvalue[h->nheaders])))
+      return rc;
+    if (!(h->hname[h->nheaders] = idem__strdup(k))) {
+      idem__free(h->hvalue[h->nheaders]);
+      return nomem(c);
+    }
+    h->nheaders++;
+    if ((rc = check_text_template(c, json_string_value(e), 0))) return rc;
+    path_pop(c, at);
+  }
+  return IDEM_OK;
+}
+
+static int parse_http(ctx *c, json_t *v, idem__tool_rule *r) {
+  idem__http_rule *h = &r->http;
+  const char *k;
+  json_t *e;
+  size_t at, i;
+  int rc, x, body = -1;
+  if (!json_is_object(v))
+    return fail(c, "expected an object {\"method\", \"url\", ...}, found %s",
+                type_name(v));
+  if ((rc = check_members(c, v, HTTP_FIELDS))) return rc;
+  r->has_http = 1;
+  h->on_409 = h->on_429 = h->on_5xx = IDEM_OUTCOME_UNKNOWN;
+  json_object_foreach(v, k, e) {
+    int f = find_name(HTTP_FIELDS, k);
+    at = path_push(c, k);
+    if (f >= 3 && f != 4 && r->cls != IDEM_CLASS_GUARDED)
+      return fail(c, "only a guarded tool has %s; this one is %s", k,
+                  class_name(r->cls));
+    switch (f) {
+    case 0:
+      if (!(rc = want_enum(c, e, METHODS, &x)) &&
+          !(h->method = idem__strdup(METHODS[x])))
+        rc = nomem(c);
+      break;
+    case 1:
+      if ((rc = want_name(c, e, "a URL", &h->url))) break;
+      if (strncmp(h->url, "http://", 7) && strncmp(h->url, "https://", 8) &&
+          strncmp(h->url, "{$env:", 6))
+        rc = fail(c, "must start with http:// or https:// (or be an "
+                     "environment variable, \"{$env:NAME}...\")");
+      else
+        rc = check_text_template(c, h->url, 1);
+      break;
+    case 2: rc = parse_headers(c, e, h); break;
+    case 3:
+      if (!(rc = want_name(c, e, "a header name", &h->key_header)) &&
+          !is_token(h->key_header))
+        rc = fail(c, "not a header name (an HTTP token)");
+      break;
+    case 4: rc = want_enum(c, e, BODIES, &body); break;
+    default:
+      if (!(rc = want_enum(c, e, ANSWER_OUTCOMES, &x)))
+        *(f == 5   ? &h->on_409
+          : f == 6 ? &h->on_429
+                   : &h->on_5xx) = ANSWER_OUTCOME_VALUES[x];
+      break;
+    }
+    if (rc) return rc;
+    path_pop(c, at);
+  }
+  if (!h->url) return fail(c, "needs a \"url\"");
+  if (!h->method && !(h->method = idem__strdup(
+                          r->cls == IDEM_CLASS_GUARDED ? "POST" : "GET")))
+    return nomem(c);
+  if (r->cls == IDEM_CLASS_GUARDED && !h->key_header &&
+      !(h->key_header = idem__strdup("Idempotency-Key")))
+    return nomem(c);
+  h->send_body = body >= 0
+                     ? body == 0
+                     : strcmp(h->method, "GET") && strcmp(h->method, "DELETE");
+  if (h->send_body && !strcmp(h->method, "GET")) {
+    path_push(c, "body");
+    return fail(c, "a GET request has no body; pass the arguments in the "
+                   "URL (\"{name}\")");
+  }
+  for (i = 0; h->key_header && i < h->nheaders; i++)
+    if (!strcasecmp(h->hname[i], h->key_header)) {
+      path_push(c, "headers");
+      path_push(c, h->hname[i]);
+      return fail(c, "is the key_header, which idem fills with the key");
+    }
+  return IDEM_OK;
+}
+
 /* The rule of one tool; c->path is "tools.NAME" and r has the defaults. */
 static int parse_tool(ctx *c, json_t *obj, idem__tool_rule *r) {
   static const char *const SCOPES[] = {"session", "global", NULL};
@@ -765,7 +965,8 @@ static int parse_tool(ctx *c, json_t *obj, idem__tool_rule *r) {
       rc = want_int(c, v, 1, 315360000, &r->retention_s);
       break;
     case F_STATUS: rc = parse_status(c, v, r); break;
-    default: rc = parse_exit_codes(c, v, r); break;
+    case F_EXIT_CODES: rc = parse_exit_codes(c, v, r); break;
+    default: rc = parse_http(c, v, r); break;
     }
     if (rc) return rc;
     path_pop(c, at);
@@ -790,6 +991,11 @@ static int parse_tool(ctx *c, json_t *obj, idem__tool_rule *r) {
                 "%lld s is longer than retention_s (%lld s): the records "
                 "would be gone before the window ends",
                 (long long)r->repeat_window_s, (long long)r->retention_s);
+  }
+  if (r->has_http && json_object_get(obj, "exit_codes")) {
+    path_push(c, "exit_codes");
+    return fail(c, "only for a command run by idem exec; an HTTP tool's "
+                   "answers are classified by their HTTP status");
   }
   if (r->status.tool && strcmp(r->status.tool, r->name) == 0) {
     path_push(c, "status");
@@ -1237,14 +1443,30 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
   say_ms(t, r->wait_ms);
   say(t, " for it, then answers in_progress.\n\n");
 
-  say(t, "Under idem exec, the command's exit status ");
-  say_codes(t, r->exit_applied, r->n_exit_applied);
-  say(t, " means applied, ");
-  say_codes(t, r->exit_not_applied, r->n_exit_not_applied);
-  say(t, " not applied (retry allowed), ");
-  say_codes(t, r->exit_rejected, r->n_exit_rejected);
-  say(t, " rejected; any other exit, a signal or the deadline means "
-         "unknown.\n\n");
+  if (r->has_http) {
+    const idem__http_rule *h = &r->http;
+    static const char *const word[] = {"?", "applied", "rejected",
+                                       "not applied", "unknown"};
+    say(t, "It is an HTTP call (idem call): %s ", h->method);
+    say_name(t, h->url, 1);
+    say(t,
+        ", with the key in the %s header%s. Connection refused before "
+        "sending means not applied; a timeout or reset after sending, "
+        "unknown; 2xx applied; 409 %s, 429 %s, 5xx %s; any other 4xx "
+        "rejected.\n\n",
+        h->key_header,
+        h->send_body ? " and the arguments as the JSON body" : "",
+        word[h->on_409], word[h->on_429], word[h->on_5xx]);
+  } else {
+    say(t, "Under idem exec, the command's exit status ");
+    say_codes(t, r->exit_applied, r->n_exit_applied);
+    say(t, " means applied, ");
+    say_codes(t, r->exit_not_applied, r->n_exit_not_applied);
+    say(t, " not applied (retry allowed), ");
+    say_codes(t, r->exit_rejected, r->n_exit_rejected);
+    say(t, " rejected; any other exit, a signal or the deadline means "
+           "unknown.\n\n");
+  }
 
   say(t, "Retention: the record of each call is kept ");
   say_s(t, r->retention_s);

@@ -93,7 +93,9 @@ expect "reconciled: one refund" 1 "$(applied)"
 # a timeout without a status check: outcome_unknown, the fence, the late
 # result, already_applied, then a real repeat
 : > "$LEDGER"
-REFUND_MODE=stall STALL=1 run f u1 --timeout 200
+# (the tool stalls 3 s: the re-issue below comes before its late result even
+# on a loaded machine)
+REFUND_MODE=stall STALL=3 run f u1 --timeout 200
 expect "unknown exit" 75 "$code"
 has "unknown" "$out" '"status":"outcome_unknown"'
 has "unknown says not to call again" "$out" 'Do not call refund_payment again'
@@ -101,8 +103,12 @@ run f u2 --timeout 200
 expect "fenced exit" 75 "$code"
 has "fenced" "$out" '"duplicate_of":"u1"'
 expect "fenced: one refund" 1 "$(applied)"
-sleep 1.5 # the late result arrives and the runner records it
-"$IDEM" show --log "sqlite:$T/f.db" --json sess_1 u1 > "$T/show.json"
+# the late result arrives and the runner records it
+for _ in $(seq 300); do
+  "$IDEM" show --log "sqlite:$T/f.db" --json sess_1 u1 > "$T/show.json"
+  grep -q '"state":"succeeded"' "$T/show.json" && break
+  sleep 0.1
+done
 has "late recorded" "$(cat "$T/show.json")" '"state":"succeeded"'
 has "late resolution" "$(cat "$T/show.json")" '"resolution":"late"'
 run f u3 --timeout 200
@@ -113,11 +119,15 @@ run f u4 --timeout 2000
 has "a real repeat" "$out" '"status":"succeeded"'
 expect "two refunds after a real repeat" 2 "$(applied)"
 
-# racing processes on one call: one application
+# racing processes on one call: one application (the losers wait for the
+# winner: wait_ms is long enough for a loaded machine)
+cat > "$T/wait.json" <<'P'
+{"tools": {"refund_payment": {"class": "guarded", "wait_ms": 60000}}}
+P
 : > "$LEDGER"
 for i in 1 2 3 4 5 6; do
-  REFUND_MODE=stall STALL=0.5 "$IDEM" exec --log "sqlite:$T/g.db" --session s --call same \
-    --tool refund_payment --args "$ARGS" -- "$TOOL" > "$T/race.$i" &
+  REFUND_MODE=stall STALL=0.5 "$IDEM" exec --policy "$T/wait.json" --log "sqlite:$T/g.db" \
+    --session s --call same --tool refund_payment --args "$ARGS" -- "$TOOL" > "$T/race.$i" &
 done
 wait
 expect "racing processes: one refund" 1 "$(applied)"
@@ -126,8 +136,8 @@ expect "racing processes: all succeeded" 6 "$(grep -l '"status":"succeeded"' "$T
 # parallel identical calls with different call ids: one application
 : > "$LEDGER"
 for i in 1 2 3 4 5 6; do
-  REFUND_MODE=stall STALL=0.5 "$IDEM" exec --log "sqlite:$T/h.db" --session s --call "p$i" \
-    --tool refund_payment --args "$ARGS" -- "$TOOL" > "$T/par.$i" &
+  REFUND_MODE=stall STALL=0.5 "$IDEM" exec --policy "$T/wait.json" --log "sqlite:$T/h.db" \
+    --session s --call "p$i" --tool refund_payment --args "$ARGS" -- "$TOOL" > "$T/par.$i" &
 done
 wait
 expect "parallel calls: one refund" 1 "$(applied)"

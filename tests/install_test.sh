@@ -13,11 +13,13 @@ ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 
 cmake --install "$build" --prefix "$tmp/p" >/dev/null || bad "cmake --install failed"
-for f in bin/idem lib/libidem.a lib/libidem.so include/idem.h include/idem_version.h \
+for f in bin/idem bin/idem-paysim lib/libidem.a lib/libidem.so include/idem.h include/idem_version.h \
          lib/pkgconfig/idem.pc lib/cmake/idem/idemConfig.cmake share/man/man1/idem.1; do
   if [ -e "$tmp/p/$f" ]; then ok; else bad "missing $f"; fi
 done
 "$tmp/p/bin/idem" --version | grep -q '^idem [0-9]*\.[0-9]*\.[0-9]*$' && ok || bad "idem --version"
+# the installed demo finds the installed simulator next to it
+env -u IDEM_PAYSIM "$tmp/p/bin/idem" demo >"$tmp/demo.out" 2>&1 && ok || bad "installed idem demo: $(tail -5 "$tmp/demo.out")"
 
 cat > "$tmp/t.c" <<'C'
 #include <idem.h>

@@ -22,10 +22,12 @@ cat > "$T/policy.json" <<P
   "retention_s": 1, "status": {"command": "$STATUS"}}}}
 P
 
-# two settled calls and one left in doubt (a timeout with no status check)
+# two settled calls and one left in doubt (a timeout with no status check;
+# the tool stalls 10 s so that recover, below, comes before its late result
+# even on a loaded machine)
 "$IDEM" exec --session s1 --call c1 --tool refund_payment --args '{"order_id":"a"}' -- "$TOOL" > /dev/null
 "$IDEM" exec --session s1 --call c2 --tool refund_payment --args '{"order_id":"b"}' -- "$TOOL" > /dev/null
-out=$(REFUND_MODE=stall STALL=3 "$IDEM" exec --session s2 --call c3 --tool refund_payment \
+out=$(REFUND_MODE=stall STALL=10 "$IDEM" exec --session s2 --call c3 --tool refund_payment \
   --args '{"order_id":"c"}' --timeout 200 -- "$TOOL")
 expect "in doubt" 75 "$?"
 
@@ -82,9 +84,10 @@ out=$("$IDEM" recover --policy "$T/policy.json" --json)
 has "recover not applied" "$out" '"not_applied":1'
 has "not_applied state" "$("$IDEM" show --json s3 c4)" '"state":"not_applied"'
 
-# --batch: one status process answers a stream of requests
+# --batch: one status process answers a stream of requests (the tools stall
+# 10 s, so that their late results come after the recovery)
 for c in b1 b2 b3; do
-  REFUND_MODE=stall STALL=3 "$IDEM" exec --session s5 --call "$c" --tool refund_payment \
+  REFUND_MODE=stall STALL=10 "$IDEM" exec --session s5 --call "$c" --tool refund_payment \
     --args "{\"order_id\":\"$c\"}" --timeout 200 -- "$TOOL" > /dev/null
 done
 cat > "$T/batch.sh" <<'B'

@@ -502,6 +502,50 @@ static void test_two_phase(void) {
   idem_policy_free(p);
 }
 
+/* A provider that dedupes on the key: the attempt times out, the retry with
+** the same key finds the provider down (refused: not applied).  That says
+** nothing of the first attempt, so the action stays in doubt and is
+** checked - never recorded not_applied and run again blind. */
+static void test_retry_after_doubt(void) {
+  idem_policy *p = policy(
+      "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\","
+      "\"timeout_ms\":300,\"retries\":2,\"backoff_ms\":1,"
+      "\"provider_dedupes\":true,\"status\":{\"tool\":\"get_refund_status\","
+      "\"arguments\":{\"order_id\":\"{order_id}\"}}},"
+      "\"get_refund_status\":{\"class\":\"read_only\"}}}");
+  idem_guard *g = open_guard(p);
+  idem_call c = {"sess_6", "toolu_1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_step *s = NULL;
+  const char *yes =
+      "{\"data\":[{\"key\":\"sess_6:toolu_1:a280fb850f483293\"}]}";
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, NULL, 0, "timeout"),
+            IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE); /* retry, same key */
+  CHECK_INT(idem_step_attempt(s), 2);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0,
+                             "connection refused"),
+            IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE); /* the last retry */
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0,
+                             "connection refused"),
+            IDEM_OK);
+  /* not "failed, safe to call again": the first attempt is in doubt */
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  /* what the status tool's answer says, by the policy's applied_when */
+  CHECK_INT(idem_step_check_verdict(s, yes, strlen(yes)), IDEM_OUTCOME_APPLIED);
+  CHECK_INT(idem_step_check_verdict(s, "{\"data\":[]}", 11),
+            IDEM_OUTCOME_NOT_APPLIED);
+  CHECK_INT(idem_step_check_verdict(s, "not json", 8), IDEM_OUTCOME_UNKNOWN);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_APPLIED, "{\"id\":\"re_1\"}", 13),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  idem_step_free(s);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_guard DIR\n");
@@ -514,6 +558,7 @@ int main(int argc, char **argv) {
   test_retries();
   test_races();
   test_two_phase();
+  test_retry_after_doubt();
   test_bad_log();
   return check_done();
 }

@@ -800,6 +800,51 @@ static void test_cases(const char *dir) {
   }
 }
 
+/* HTTP tools: every field read back, and the defaults by class. */
+static void test_http(void) {
+  idem_policy *p = parse(
+      "{\"tools\":{"
+      " \"refund\": {\"class\": \"guarded\", \"status\": {\"tool\": \"list\"},"
+      "  \"http\": {\"url\": \"https://pay.example/v1/refunds/{order_id}\","
+      "   \"headers\": {\"Authorization\": \"Bearer {$env:PAY_KEY}\","
+      "                \"X-Ref\": \"{$key}\"},"
+      "   \"on_409\": \"not_applied\", \"on_5xx\": \"rejected\"}},"
+      " \"cancel\": {\"class\": \"guarded\", \"http\": {\"method\": \"DELETE\","
+      "  \"url\": \"http://x/orders/{id}\", \"key_header\": \"X-Request-Id\"}},"
+      " \"patch\": {\"class\": \"guarded\", \"http\": {\"method\": \"PATCH\","
+      "  \"url\": \"{$env:BASE}/orders\", \"body\": \"none\"}},"
+      " \"list\": {\"class\": \"read_only\","
+      "  \"http\": {\"url\": \"http://x/v1/refunds?order_id={order_id}\"}}}}",
+      IDEM_OK);
+  const idem__tool_rule *r = rule(p, "refund");
+  CHECK_INT(r->has_http, 1);
+  CHECK_STR(r->http.method, "POST");
+  CHECK_STR(r->http.url, "https://pay.example/v1/refunds/{order_id}");
+  CHECK_INT(r->http.send_body, 1);
+  CHECK_STR(r->http.key_header, "Idempotency-Key");
+  CHECK_INT((int)r->http.nheaders, 2);
+  CHECK_STR(r->http.hname[0], "Authorization");
+  CHECK_STR(r->http.hvalue[0], "Bearer {$env:PAY_KEY}");
+  CHECK_STR(r->http.hname[1], "X-Ref");
+  CHECK_INT(r->http.on_409, IDEM_OUTCOME_NOT_APPLIED);
+  CHECK_INT(r->http.on_429, IDEM_OUTCOME_UNKNOWN);
+  CHECK_INT(r->http.on_5xx, IDEM_OUTCOME_REJECTED);
+  r = rule(p, "cancel");
+  CHECK_STR(r->http.method, "DELETE");
+  CHECK_INT(r->http.send_body, 0);
+  CHECK_STR(r->http.key_header, "X-Request-Id");
+  r = rule(p, "patch");
+  CHECK_INT(r->http.send_body, 0);
+  r = rule(p, "list");
+  CHECK_STR(r->http.method, "GET");
+  CHECK_INT(r->http.send_body, 0);
+  CHECK(r->http.key_header == NULL);
+  r = rule(p, "refund");
+  CHECK_INT(rule(p, "list")->has_http, 1);
+  CHECK_INT(r->has_status, 1);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_policy CASES_DIR\n");
@@ -815,6 +860,7 @@ int main(int argc, char **argv) {
   test_messages();
   test_files();
   test_alloc_failures();
+  test_http();
   test_cases(argv[1]);
   return check_done();
 }

@@ -1,0 +1,113 @@
+/*
+** drive.c - walking a step of the guard to its answer, for the verbs that
+** call tools from the shell (`idem exec`, `idem call`), and running the
+** status checks of the policy (those verbs and `idem recover`).
+*/
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "http.h"
+#include "idemInt.h"
+
+int cli_exit_for(int answer) {
+  switch (answer) {
+  case IDEM_ANSWER_SUCCEEDED:
+  case IDEM_ANSWER_ALREADY_APPLIED: return 0;
+  case IDEM_ANSWER_FAILED: return 1;
+  case IDEM_ANSWER_INVALID_ARGUMENTS:
+  case IDEM_ANSWER_CONFLICT: return 65;
+  case IDEM_ANSWER_OUTCOME_UNKNOWN:
+  case IDEM_ANSWER_IN_PROGRESS: return 75;
+  case IDEM_ANSWER_REFUSED: return 77;
+  default: return 1;
+  }
+}
+
+/* The status tool of the policy, called over HTTP. */
+static int check_http(const idem_policy *p, idem_step *s, char **result) {
+  idem__tool_rule scratch;
+  const idem__tool_rule *st;
+  const char *tool = idem_step_check_tool(s), *args;
+  cli_http_answer a;
+  size_t alen;
+  int outcome = IDEM_OUTCOME_UNKNOWN;
+  st = idem__policy_rule(p, tool, &scratch);
+  if (st == &scratch || !st->has_http) return outcome;
+  args = idem_step_check_args(s, &alen);
+  if (cli_http_request(&st->http, idem_step_check_key(s), args, alen,
+                       idem_step_deadline_ms(s), &a) == 0 &&
+      a.status >= 200 && a.status <= 299 && !a.truncated) {
+    outcome = idem_step_check_verdict(s, a.body, a.body_len);
+    if (outcome == IDEM_OUTCOME_APPLIED && a.body) {
+      *result = a.body;
+      a.body = NULL;
+    }
+  }
+  cli_http_answer_free(&a);
+  return outcome;
+}
+
+int cli_check(const idem_policy *p, idem_step *s, const char *cmd,
+              const char *session, const char *call_id, const char *tool,
+              char **result) {
+  *result = NULL;
+  if (!cmd) cmd = idem_step_check_command(s);
+  if (cmd) {
+    size_t len;
+    char *out = NULL;
+    int outcome = cli_status_check(s, cmd, session, call_id, tool, &out, &len);
+    if (outcome == IDEM_OUTCOME_APPLIED) *result = cli_result_json(out, len);
+    free(out);
+    return outcome;
+  }
+  if (idem_step_check_tool(s)) return check_http(p, s, result);
+  return IDEM_OUTCOME_UNKNOWN;
+}
+
+int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d) {
+  char *result = NULL, error[512];
+  int rc, outcome;
+  for (;;) {
+    switch (idem_step_next(s)) {
+    case IDEM_NEXT_EXECUTE:
+      idem__sleep_ms(idem_step_delay_ms(s));
+      error[0] = '\0';
+      if (d->execute(d->ctx, s, &outcome, &result, error, sizeof error)) {
+        cli_err("cannot run the tool: %s", error[0] ? error : strerror(errno));
+        outcome = IDEM_OUTCOME_NOT_APPLIED;
+      }
+      if (d->on_attempt) d->on_attempt(d->ctx, s, outcome, error);
+      rc = idem_step_finish(s, outcome, result, result ? strlen(result) : 0,
+                            error[0] ? error : NULL);
+      break;
+    case IDEM_NEXT_CHECK:
+      outcome = cli_check(d->policy, s, d->status, d->call->session,
+                          d->call->call_id, d->call->tool, &result);
+      if (d->on_check) d->on_check(d->ctx, s, outcome);
+      rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
+      break;
+    case IDEM_NEXT_WAIT:
+      idem__sleep_ms(idem_step_delay_ms(s));
+      rc = idem_step_poll(s);
+      break;
+    case IDEM_NEXT_ANSWER: {
+      size_t len;
+      const char *env = idem_step_envelope(s, &len);
+      fwrite(env, 1, len, stdout);
+      fputc('\n', stdout);
+      if (cli_flush() != EXIT_OK) return EXIT_FAIL;
+      idem_step_delivered(s);
+      return cli_exit_for(idem_step_answer(s));
+    }
+    default: rc = IDEM_MISUSE;
+    }
+    free(result);
+    result = NULL;
+    if (rc) {
+      cli_err("%s", idem_guard_errmsg(g));
+      return EXIT_FAIL;
+    }
+  }
+}

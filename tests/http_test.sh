@@ -1,0 +1,215 @@
+#!/bin/bash
+# HTTP tools against the payment-provider simulator, over real HTTP on
+# loopback: `idem call` in each failure mode of the provider (stall,
+# refusal, reset, 409, 422, 5xx, 429, crash), with the provider's ledger
+# counted after each case - every refund applied at most once.
+#
+#   bash tests/http_test.sh IDEM PAYSIM
+#
+# The last line is `N passed, M failed`; exit 1 when anything failed.
+set -u
+IDEM=${1:?usage: http_test.sh IDEM PAYSIM}
+PAYSIM=${2:?usage: http_test.sh IDEM PAYSIM}
+T=$(mktemp -d "${TMPDIR:-/tmp}/idem-http-XXXXXX") || exit 1
+SIM=
+sim_gone() { while kill -0 "$SIM" 2>/dev/null; do sleep 0.05; done; SIM=; }
+cleanup() {
+  [ -n "$SIM" ] && kill "$SIM" 2>/dev/null && sim_gone
+  rm -rf "$T"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() { if [ "$2" = "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi; }
+has() { case "$2" in *"$3"*) ok ;; *) bad "$1: '$3' not in: $2" ;; esac; }
+LEDGER=$T/ledger.jsonl
+LOG=sqlite:$T/log.db
+PORT=0
+
+# the provider; a restart keeps its port and its ledger
+sim_start() {
+  rm -f "$T/port"
+  "$PAYSIM" --ledger "$LEDGER" --port "$PORT" --port-file "$T/port" \
+    --stall-ms 4000 2>>"$T/paysim.log" &
+  SIM=$!
+  disown "$SIM" # no job-control chatter when it is killed
+  for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
+  PORT=$(cat "$T/port")
+  export PAYSIM_URL=http://127.0.0.1:$PORT
+}
+mode() {
+  curl -s -o /dev/null -w '%{http_code}' -d "{\"mode\":\"$1\",\"count\":1}" \
+    "$PAYSIM_URL/_mode" | grep -q 200 || bad "cannot set mode $1"
+}
+# refunds in the ledger for an order
+count() { grep -c "\"order_id\":\"$1\"" "$LEDGER"; }
+# call POLICY CALL ARGS: idem call; RC, OUT (the envelope) and ERR (--verbose)
+call() {
+  OUT=$("$IDEM" call --verbose --policy "$1" --log "$LOG" --session s \
+    --call "$2" --tool refund --args "$3" 2>"$T/err")
+  RC=$?
+  ERR=$(cat "$T/err")
+}
+refund() { printf '{"order_id":"%s","amount_cents":%s}' "$1" "${2:-500}"; }
+
+sim_start
+# The policy: the URL from the environment; the status tool over HTTP.
+cat >"$T/policy.json" <<'P'
+{"tools": {
+  "refund": {"class": "guarded", "timeout_ms": 1000, "retries": 2,
+    "backoff_ms": 50, "provider_dedupes": true, "fence": ["order_id"],
+    "http": {"url": "{$env:PAYSIM_URL}/v1/refunds",
+             "headers": {"X-Client": "idem-test {$env:USER_AGENT_TAG}"}},
+    "status": {"tool": "list", "arguments": {"order_id": "{order_id}"}}},
+  "list": {"class": "read_only",
+    "http": {"url": "{$env:PAYSIM_URL}/v1/refunds?order_id={order_id}"}},
+  "plain": {"class": "guarded", "timeout_ms": 1000, "retries": 0,
+    "http": {"url": "{$env:PAYSIM_URL}/v1/refunds?order={order_id}"}}
+}}
+P
+export USER_AGENT_TAG=t1
+P=$T/policy.json
+
+# -- applied: 2xx; the key travels in Idempotency-Key
+call "$P" c1 "$(refund o1)"
+expect "apply exit" 0 "$RC"
+has "apply" "$OUT" '"status":"succeeded"'
+has "apply result" "$OUT" '"object":"refund"'
+key=$(printf '%s' "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["idempotency_key"])')
+has "key header reached the provider" "$(cat "$LEDGER")" "\"idempotency_key\":\"$key\""
+expect "apply ledger" 1 "$(count o1)"
+
+# -- replay and conflict: nothing goes downstream
+call "$P" c1 '{ "amount_cents": 500.0, "order_id": "o1" }'
+has "replay" "$OUT" '"replayed":true'
+call "$P" c1 "$(refund o1 700)"
+expect "conflict exit" 65 "$RC"
+has "conflict" "$OUT" '"status":"conflict"'
+expect "replay/conflict ledger" 1 "$(count o1)"
+
+# -- 422: rejected, not retried, nothing applied
+call "$P" c2 "$(refund o2 0)"
+expect "422 exit" 1 "$RC"
+has "422" "$OUT" '"status":"failed"'
+has "422 attempts" "$OUT" '"attempts":1'
+has "422 message" "$OUT" 'invalid_amount'
+call "$P" c3 "$(refund closed_o3)"
+has "422 closed order" "$ERR" 'HTTP 422 (rejected)'
+expect "422 ledger" 0 "$(count o2)"
+
+# -- stall: applied, then no answer before the deadline -> unknown; the retry
+# with the same key meets 409 (still running); the status check settles it
+mode stall
+call "$P" c4 "$(refund o4)"
+expect "stall exit" 0 "$RC"
+has "stall timeout" "$ERR" 'attempt 1: outcome unknown'
+has "stall 409" "$ERR" 'HTTP 409 (unknown)'
+has "stall checked" "$ERR" 'status check list'
+has "stall succeeded" "$OUT" '"status":"succeeded"'
+has "stall not a replay" "$OUT" '"replayed":false'
+expect "stall ledger" 1 "$(count o4)"
+
+# -- the same stall without a status check: outcome_unknown, then the fence
+mode stall
+OUT=$("$IDEM" call --verbose --policy "$P" --log "$LOG" --session s --call c5 \
+  --tool plain --args "$(refund o5)" 2>"$T/err")
+expect "unknown exit" 75 "$?"
+has "unknown" "$OUT" '"status":"outcome_unknown"'
+OUT=$("$IDEM" call --policy "$P" --log "$LOG" --session s --call c6 \
+  --tool plain --args "$(refund o5)" 2>/dev/null)
+has "fenced" "$OUT" 'c5'
+expect "unknown ledger" 1 "$(count o5)"
+
+# -- reset after applying: unknown; the retry with the same key is answered
+# by the provider's own dedupe (the first response again)
+mode reset
+call "$P" c7 "$(refund o7)"
+expect "reset exit" 0 "$RC"
+has "reset unknown" "$ERR" 'after the request was sent'
+has "reset succeeded" "$OUT" '"status":"succeeded"'
+expect "reset ledger" 1 "$(count o7)"
+
+# -- 503 before applying: unknown by default, retried with the same key
+mode fail
+call "$P" c8 "$(refund o8)"
+has "503" "$ERR" 'HTTP 503 (unknown)'
+has "503 then applied" "$OUT" '"status":"succeeded"'
+expect "503 ledger" 1 "$(count o8)"
+
+# -- 429 with on_429 "not_applied": retried; and on_5xx "rejected"
+python3 - "$P" "$T/p2.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["tools"]["refund"]["http"].update(on_429="not_applied", on_5xx="rejected")
+json.dump(p, open(sys.argv[2], "w"))
+PY
+mode reject429
+call "$T/p2.json" c9 "$(refund o9)"
+has "429 not applied" "$ERR" 'HTTP 429 (not applied)'
+has "429 then applied" "$OUT" '"status":"succeeded"'
+expect "429 ledger" 1 "$(count o9)"
+mode fail
+call "$T/p2.json" c10 "$(refund o10)"
+expect "5xx rejected exit" 1 "$RC"
+has "5xx rejected" "$ERR" 'HTTP 503 (rejected)'
+expect "5xx ledger" 0 "$(count o10)"
+mode normal
+
+# -- a template that cannot be filled: rejected before anything is sent
+OUT=$("$IDEM" call --policy "$P" --log "$LOG" --session s --call c11 \
+  --tool plain --args '{"amount_cents":5}' 2>/dev/null)
+expect "template exit" 1 "$?"
+has "template" "$OUT" '{order_id}'
+unset USER_AGENT_TAG
+call "$P" c12 "$(refund o12)"
+has "unset variable" "$OUT" 'USER_AGENT_TAG is not set'
+expect "template ledger" 0 "$(count o12)"
+export USER_AGENT_TAG=t1
+
+# -- crash after applying: unknown, the retries refused (that says nothing of
+# the first attempt), the status check unreachable -> outcome_unknown; the
+# provider restarts and idem recover settles it; nothing is applied twice
+mode crash
+call "$P" c13 "$(refund o13)"
+sim_gone
+expect "crash exit" 75 "$RC"
+has "crash refused retry" "$ERR" 'nothing was sent'
+has "crash unknown" "$OUT" '"status":"outcome_unknown"'
+out=$("$IDEM" show --json --log "$LOG" s c13)
+has "crash in doubt" "$out" '"state":"in_doubt"'
+sim_start
+out=$("$IDEM" recover --log "$LOG" --policy "$P" --json)
+has "recover" "$out" '"applied":1'
+call "$P" c13 "$(refund o13)"
+has "after recover" "$OUT" '"status":"succeeded"'
+expect "crash ledger" 1 "$(count o13)"
+
+# -- refusal: nothing listens -> not applied, retried, never unknown
+kill "$SIM" && sim_gone
+call "$P" c14 "$(refund o14)"
+expect "refused exit" 1 "$RC"
+has "refused" "$ERR" 'nothing was sent'
+has "refused attempts" "$OUT" '"attempts":3'
+out=$("$IDEM" show --json --log "$LOG" s c14)
+has "refused not applied" "$out" '"state":"not_applied"'
+sim_start
+call "$P" c14 "$(refund o14)"
+has "refused, then applied" "$OUT" '"status":"succeeded"'
+expect "refused ledger" 1 "$(count o14)"
+
+# -- idem call's own errors
+"$IDEM" call --policy "$P" --log "$LOG" --session s --call c --tool nope \
+  --args '{}' >/dev/null 2>&1
+expect "refused tool" 77 "$?"
+echo '{"tools":{"t":{"class":"guarded"}}}' >"$T/nohttp.json"
+err=$("$IDEM" call --policy "$T/nohttp.json" --session s --call c --tool t 2>&1)
+expect "no http rule" 2 "$?"
+has "no http message" "$err" 'no "http" rule'
+"$IDEM" call --session s --call c --tool t >/dev/null 2>&1
+expect "no policy" 2 "$?"
+call "$P" c15 '{"order_id":'
+expect "bad arguments" 65 "$RC"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
