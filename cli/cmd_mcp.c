@@ -866,29 +866,26 @@ static void on_exec_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
   submit(w, c, J_FINISH);
 }
 
+static int step_verdict(void *ctx, const char *text, size_t len) {
+  return idem_step_check_verdict(ctx, text, len);
+}
+
 static void on_check_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
                             size_t len) {
   json_t *result = json_object_get(m->root, "result");
-  idem__tool_rule scratch;
-  const idem__tool_rule *r = idem__policy_rule(w->gpolicy, c->tool, &scratch);
   size_t vs, ve;
   int outcome = IDEM_OUTCOME_UNKNOWN;
   c->gid = 0;
   c->timer = T_NONE;
   if (json_is_object(result) &&
-      !json_is_true(json_object_get(result, "isError"))) {
-    outcome =
-        mcp_applied(
-            result, r->status.applied_when == IDEM__APPLIED_WHEN_KEY_PRESENT,
-            idem_step_check_key(c->s), r->status.pointer, r->status.equals)
-            ? IDEM_OUTCOME_APPLIED
-            : IDEM_OUTCOME_NOT_APPLIED;
-  }
-  if (outcome == IDEM_OUTCOME_APPLIED &&
-      mcp_member(line, len, "result", &vs, &ve) == 1)
-    set_input(c, outcome, line + vs, ve - vs, NULL);
-  else
+      !json_is_true(json_object_get(result, "isError")) &&
+      mcp_member(line, len, "result", &vs, &ve) == 1) {
+    outcome = mcp_verdict(result, line + vs, ve - vs, step_verdict, c->s);
+    set_input(c, outcome, outcome == IDEM_OUTCOME_APPLIED ? line + vs : NULL,
+              ve - vs, NULL);
+  } else {
     set_input(c, outcome, NULL, 0, NULL);
+  }
   submit(w, c, J_RESOLVE);
 }
 

@@ -340,110 +340,21 @@ int mcp_class_of(const json_t *tool) {
   return IDEM_CLASS_GUARDED;
 }
 
-static int has_string(const json_t *v, const char *key, int depth) {
-  const char *k;
-  json_t *x;
-  size_t i;
-  if (depth > 128) return 0;
-  if (json_is_string(v)) return strcmp(json_string_value(v), key) == 0;
-  if (json_is_array(v)) {
-    json_array_foreach(v, i, x) if (has_string(x, key, depth + 1)) return 1;
-  } else if (json_is_object(v)) {
-    json_object_foreach((json_t *)(size_t)v, k, x) {
-      if (has_string(x, key, depth + 1)) return 1;
-    }
+int mcp_verdict(const json_t *result, const char *raw, size_t len,
+                mcp_verdict_fn fn, void *ctx) {
+  const json_t *content = json_object_get(result, "content");
+  size_t vs, ve, i;
+  if (!json_is_object(result)) return IDEM_OUTCOME_NOT_APPLIED;
+  if (fn(ctx, raw, len) == IDEM_OUTCOME_APPLIED) return IDEM_OUTCOME_APPLIED;
+  if (mcp_member(raw, len, "structuredContent", &vs, &ve) == 1 &&
+      fn(ctx, raw + vs, ve - vs) == IDEM_OUTCOME_APPLIED)
+    return IDEM_OUTCOME_APPLIED;
+  for (i = 0; i < json_array_size(content); i++) {
+    const json_t *item = json_array_get(content, i);
+    const char *t = json_string_value(json_object_get(item, "text"));
+    if (t && fn(ctx, t, json_string_length(json_object_get(item, "text"))) ==
+                 IDEM_OUTCOME_APPLIED)
+      return IDEM_OUTCOME_APPLIED;
   }
-  return 0;
-}
-
-/* The first text content item that is a JSON text, parsed; or NULL. */
-static json_t *text_json(const json_t *result, size_t from, size_t *at) {
-  const json_t *content = json_object_get(result, "content"), *item;
-  size_t i;
-  for (i = from; i < json_array_size(content); i++) {
-    const char *t;
-    item = json_array_get(content, i);
-    t = json_string_value(json_object_get(item, "text"));
-    if (t) {
-      json_t *v = json_loads(t, JSON_DECODE_INT_AS_REAL, NULL);
-      if (v) {
-        *at = i;
-        return v;
-      }
-    }
-  }
-  return NULL;
-}
-
-/* RFC 6901: the value at pointer in v, or NULL. */
-static const json_t *at_pointer(const json_t *v, const char *pointer) {
-  char tok[1024];
-  while (v && *pointer == '/') {
-    size_t k = 0;
-    pointer++;
-    while (*pointer && *pointer != '/') {
-      char ch = *pointer++;
-      if (ch == '~') {
-        ch = *pointer == '1' ? '/' : '~';
-        if (*pointer) pointer++;
-      }
-      if (k + 1 >= sizeof tok) return NULL;
-      tok[k++] = ch;
-    }
-    tok[k] = '\0';
-    if (json_is_object(v)) {
-      v = json_object_get(v, tok);
-    } else if (json_is_array(v)) {
-      char *end;
-      unsigned long ix = strtoul(tok, &end, 10);
-      if (!k || *end || (k > 1 && tok[0] == '0')) return NULL;
-      v = json_array_get(v, ix);
-    } else {
-      return NULL;
-    }
-  }
-  return v;
-}
-
-static int equals_canon(const json_t *v, const char *equals) {
-  char *dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-  idem_canon *c = NULL;
-  const char *out;
-  size_t olen;
-  int same = 0;
-  if (dump && idem_canon_open(&c) == IDEM_OK &&
-      idem_canon_json(c, dump, strlen(dump), &out, &olen) == IDEM_OK)
-    same = olen == strlen(equals) && memcmp(out, equals, olen) == 0;
-  idem_canon_close(c);
-  free(dump);
-  return same;
-}
-
-int mcp_applied(const json_t *result, int key_present, const char *key,
-                const char *pointer, const char *equals) {
-  json_t *t;
-  size_t at = 0;
-  int yes = 0;
-  if (!json_is_object(result)) return 0;
-  if (key_present) {
-    if (key && has_string(result, key, 0)) return 1;
-    for (size_t from = 0; !yes && (t = text_json(result, from, &at));
-         from = at + 1) {
-      yes = key && has_string(t, key, 0);
-      json_decref(t);
-    }
-    return yes;
-  }
-  if (!pointer || !equals) return 0;
-  if (json_object_get(result, "structuredContent")) {
-    const json_t *v =
-        at_pointer(json_object_get(result, "structuredContent"), pointer);
-    return v && equals_canon(v, equals);
-  }
-  if ((t = text_json(result, 0, &at))) {
-    const json_t *v = at_pointer(t, pointer);
-    yes = v && equals_canon(v, equals);
-    json_decref(t);
-  }
-  return yes;
+  return IDEM_OUTCOME_NOT_APPLIED;
 }

@@ -116,12 +116,14 @@ int mcp_put_with_meta(mcp_buf *out, const char *obj, size_t len,
 ** idempotent; anything else (no annotations at all) -> guarded. */
 int mcp_class_of(const json_t *tool);
 
-/* Does a status tool's result say "applied"?  key_present: key appears as
-** a string value in result, or in a text content item that is JSON.
-** pointer (RFC 6901) / equals (canonical JSON): the value at pointer in
-** structuredContent, else in the first text item parsed as JSON, has the
-** canonical form equals.  1 applied, 0 not. */
-int mcp_applied(const json_t *result, int key_present, const char *key,
-                const char *pointer, const char *equals);
+/* Does a status tool's result (the "result" member of its answer: parsed,
+** and its raw text) say "applied"?  fn gives the policy's verdict on one
+** JSON text (idem_step_check_verdict); the texts asked are the whole
+** result, its structuredContent, then each text content item (MCP servers
+** often put their JSON there).  IDEM_OUTCOME_APPLIED when one of them
+** shows the action, else IDEM_OUTCOME_NOT_APPLIED. */
+typedef int (*mcp_verdict_fn)(void *ctx, const char *text, size_t len);
+int mcp_verdict(const json_t *result, const char *raw, size_t len,
+                mcp_verdict_fn fn, void *ctx);
 
 #endif /* IDEM_MCP_H */

@@ -10,7 +10,7 @@
 ** its text; splicing a new id into a message that parsed gives a JSON text
 ** whose id is the new one; merging into _meta gives a JSON text whose
 ** _meta holds the merged member; a tools/list-like value classifies to one
-** of the three classes.
+** of the three classes; a status result reads as applied or not applied.
 */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +22,33 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define LIMIT 512
+
+/* The two readings of a status result, as the policy may ask for them. */
+static int key_rule(void *ctx, const char *text, size_t len) {
+  idem__status_rule r;
+  (void)ctx;
+  memset(&r, 0, sizeof r);
+  r.applied_when = IDEM__APPLIED_WHEN_KEY_PRESENT;
+  return idem__status_verdict(&r, "k", text, len);
+}
+
+static int pointer_rule(void *ctx, const char *text, size_t len) {
+  idem__status_rule r;
+  (void)ctx;
+  memset(&r, 0, sizeof r);
+  r.applied_when = IDEM__APPLIED_WHEN_POINTER;
+  r.pointer = (char *)"/a/0~1b";
+  r.equals = (char *)"\"x\"";
+  return idem__status_verdict(&r, NULL, text, len);
+}
+
+static void verdict_of(const json_t *result, const char *raw, size_t len) {
+  int a = mcp_verdict(result, raw, len, key_rule, NULL);
+  int b = mcp_verdict(result, raw, len, pointer_rule, NULL);
+  if ((a != IDEM_OUTCOME_APPLIED && a != IDEM_OUTCOME_NOT_APPLIED) ||
+      (b != IDEM_OUTCOME_APPLIED && b != IDEM_OUTCOME_NOT_APPLIED))
+    abort();
+}
 
 static void check_line(void *ctx, const char *line, size_t len, int oversized) {
   mcp_msg m;
@@ -61,8 +88,11 @@ static void check_line(void *ctx, const char *line, size_t len, int oversized) {
           cls != IDEM_CLASS_IDEMPOTENT)
         abort();
     }
-    mcp_applied(json_object_get(m.root, "result"), 1, "k", NULL, NULL);
-    mcp_applied(json_object_get(m.root, "result"), 0, NULL, "/a/0~1b", "\"x\"");
+    if (mcp_member(line, len, "result", &vs, &ve) == 1) {
+      json_t *r = json_object_get(m.root, "result");
+      if (vs > ve || ve > len) abort();
+      verdict_of(r, line + vs, ve - vs);
+    }
     if (mcp_member(line, len, "params", &vs, &ve) == 1 && (vs > ve || ve > len))
       abort();
     mcp_msg_free(&m);

@@ -9,6 +9,8 @@
 //   burst {n}    n notifications/message, then the result
 //   noise        a line that is not JSON, then the result in three writes
 //   huge {bytes} a result of that many bytes
+//   charge_status {key}  structuredContent {state: "done" | "none"}: whether
+//                the ledger holds key
 //   exit {code}  exits with that status
 //   hang         never answers
 import fs from "node:fs";
@@ -25,6 +27,8 @@ const tools = [
   { name: "huge", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
   { name: "exit", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
   { name: "hang", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
+  { name: "slow_ptr", inputSchema: { type: "object" } },
+  { name: "charge_status", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
 ];
 
 let buf = "";
@@ -53,6 +57,7 @@ function handle(m) {
   switch (m.params.name) {
   case "slow_refund":
   case "slow_charge":
+  case "slow_ptr":
     fs.appendFileSync(`${dir}/ledger`, JSON.stringify({ key: m.params._meta?.["io.idem/key"] }) + "\n");
     setTimeout(() => result(m.id, { refunded: true }), delay);
     break;
@@ -77,5 +82,11 @@ function handle(m) {
     break;
   case "hang":
     break;
+  case "charge_status": {
+    const seen = fs.existsSync(`${dir}/ledger`) && fs.readFileSync(`${dir}/ledger`, "utf8").includes(`"${a.key}"`);
+    send({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "see structuredContent" }],
+                                                structuredContent: { state: seen ? "done" : "none" } } });
+    break;
+  }
   }
 }

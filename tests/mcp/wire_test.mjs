@@ -138,6 +138,13 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
         viaCmd.result?.content?.[0]?.text === '{"found":true}',
         "past the deadline, the policy's status command finds it applied: succeeded", viaCmd);
 
+  // applied_when {pointer, equals}, read in the status tool's structuredContent
+  g.send(req(33, "tools/call", { name: "slow_ptr", arguments: { order: 3 }, _meta: { "io.idem/call_id": "ptr_1" } }));
+  const viaPtr = await g.byId(33);
+  check(!viaPtr.result?.isError && viaPtr.result?._meta?.["io.idem/status"] === "succeeded" &&
+        viaPtr.result?.structuredContent?.state === "done",
+        "past the deadline, a status tool's structuredContent at /state says done: succeeded", viaPtr);
+
   // the client cancels a forwarded request: the server hears of it by its id
   g.send(req("h", "tools/call", { name: "hang", arguments: {} }));
   await sleep(200);
