@@ -91,7 +91,7 @@ check(Date.now() - t0 >= 1400, "... after the gateway's deadline", Date.now() - 
 let rec = show("sess_1", "toolu_2");
 check(rec.state === "succeeded" && rec.resolution === "reconciled", "... recorded succeeded, reconciled", rec);
 check(ledgerOf(ledger).filter((e) => e.order_id === "o2").length === 1, "... one refund for o2", ledgerOf(ledger));
-await sleep(200);
+for (let i = 0; i < 100 && !lines(`${ledger}.cancelled`).includes(rec.key); i++) await sleep(20);
 check(lines(`${ledger}.cancelled`).includes(rec.key), "... and the server got notifications/cancelled",
       lines(`${ledger}.cancelled`));
 r2 = await call(client, "refund_payment", { order_id: "o2", amount_cents: 2500 }, { "io.idem/call_id": "toolu_2" });

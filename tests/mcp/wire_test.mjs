@@ -113,6 +113,7 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
   const late = await g.byId(30);
   check(late.result?.isError && late.result.structuredContent?.status === "outcome_unknown",
         "past timeout_ms the client gets outcome_unknown", late);
+  for (let i = 0; i < 100 && !received(dir).some((m) => m.method === "notifications/cancelled"); i++) await sleep(20);
   const cancel = received(dir).find((m) => m.method === "notifications/cancelled");
   const callReq = received(dir).find((m) => m.params?.name === "slow_refund");
   check(cancel && cancel.params.requestId === callReq.id, "the server got notifications/cancelled for it", cancel);
@@ -149,7 +150,7 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
   g.send(req("h", "tools/call", { name: "hang", arguments: {} }));
   await sleep(200);
   g.send(JSON.stringify({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: "h", reason: "bored" } }) + "\n");
-  await sleep(300);
+  for (let i = 0; i < 100 && !received(dir).some((m) => m.params?.reason === "bored"); i++) await sleep(20);
   const hang = received(dir).find((m) => m.params?.name === "hang");
   const hcancel = received(dir).filter((m) => m.method === "notifications/cancelled").at(-1);
   check(hcancel?.params.requestId === hang?.id && hcancel.params.reason === "bored",
