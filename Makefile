@@ -40,7 +40,7 @@ test-asan:
 # A short coverage-guided run of each target from the committed corpus.
 fuzz:
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_FUZZ=ON -DIDEM_TESTS=OFF
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_canon fuzz_key fuzz_policy fuzz_http
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_canon fuzz_key fuzz_policy fuzz_http fuzz_mcp
 	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 bench: build

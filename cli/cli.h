@@ -189,6 +189,7 @@ int cmd_exec(int argc, char **argv);
 int cmd_call(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv); /* idem __run: exec's runner, hidden */
+int cmd_mcp(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_recover(int argc, char **argv);

@@ -108,6 +108,27 @@ const cli_verb cli_verbs[] = {
      "  --paysim PATH  the simulator (default: $IDEM_PAYSIM, else next to\n"
      "                 this program, else idem-paysim in PATH)\n"
      "  --keep         keep the temporary directory (log, ledger, policy)\n"},
+    {"mcp", cmd_mcp, "put the guard in front of an MCP server (stdio)",
+     "usage: idem mcp --policy FILE [--log URL] [--session ID]\n"
+     "                [--max-message N] -- COMMAND [ARGS...]\n"
+     "\n"
+     "Run the MCP server COMMAND as a child and speak MCP over standard\n"
+     "input and output in its place (one JSON-RPC message per line).  Every\n"
+     "message passes through unchanged, except that tools/call of a guarded\n"
+     "tool goes through the guard: recorded before it reaches the server,\n"
+     "replayed when repeated, reconciled with the policy's status tool on a\n"
+     "timeout.  Tools the policy does not name are classified from their\n"
+     "tools/list annotations.  The session and call id come from the\n"
+     "request's _meta \"io.idem/session\" and \"io.idem/call_id\", else\n"
+     "--session and the JSON-RPC id.  Exits with the server's status.\n"
+     "See docs/MCP.md.\n"
+     "\n"
+     "  --policy FILE      the policy (docs/POLICY.md)\n"
+     "  --log URL          the attempt log (default $IDEM_LOG, else\n"
+     "                     $XDG_STATE_HOME/idem/attempts.db)\n"
+     "  --session ID       the session of calls without one in _meta\n"
+     "                     (default $IDEM_SESSION, else a new one per run)\n"
+     "  --max-message N    largest message in bytes (default 4194304)\n"},
     {"__run", cmd_run, NULL, ""},
     {"ls", cmd_ls, "list the records of the attempt log",
      "usage: idem ls [--log URL] [--session S] [--state STATE] [--limit N]\n"

@@ -3,7 +3,7 @@
 # already there.  Safe to run again; uses sudo when not root.
 #
 #   scripts/install-deps.sh          build and test dependencies
-#   scripts/install-deps.sh --peers  also the npm test peers (tests/peers)
+#   scripts/install-deps.sh --peers  also the npm test peers (tests/peers, tests/mcp)
 set -eu
 
 PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libmicrohttpd-dev curl python3 clang libclang-rt-dev"
@@ -32,5 +32,9 @@ if [ "${1:-}" = "--peers" ]; then
   if [ ! -d "$here/tests/peers/node_modules/canonicalize" ]; then
     echo "install-deps: installing the npm test peers"
     (cd "$here/tests/peers" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  if [ ! -d "$here/tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
+    echo "install-deps: installing the MCP test peers"
+    (cd "$here/tests/mcp" && npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi

@@ -1,0 +1,791 @@
+/*
+** cmd_mcp.c - `idem mcp`: the MCP stdio gateway (SPEC §10).
+**
+**   idem mcp --policy FILE [--log URL] [--session ID] [--max-message N]
+**            -- COMMAND [ARGS...]
+**
+** The gateway speaks MCP's stdio transport (one JSON-RPC message per line)
+** to the client on its stdin/stdout and spawns the real server, COMMAND, as
+** a child with pipes on the child's stdin/stdout; the child's stderr is ours.
+**
+** Shape.  One thread runs a poll() loop over four descriptors (client in,
+** client out, server in, server out), a self-pipe for signals and a
+** wake-up pipe for the workers.  Everything that touches the attempt log
+** (a begin commits and syncs the write-ahead record) runs on a small pool
+** of worker threads, one job at a time per call, so that fifty calls in
+** flight do not wait on each other's syncs and the loop keeps forwarding.
+** The loop owns every deadline: a timer per call, set when its request
+** goes to the server.  Output to either side is queued and written as the
+** descriptor accepts it; a line is queued whole or not at all, so nothing
+** reaches a peer half-written.  A side whose queue is full is not read
+** (back-pressure), so memory stays bounded.
+**
+** Ids.  Every request the client sends to the server is given a fresh id
+** of the gateway's (an integer), remembered with the client's original id
+** (its raw bytes), and the server's response gets the original id back.
+** The gateway's own requests (guarded calls, status checks) draw from the
+** same counter, so the two streams can never collide whatever ids the
+** client uses.  Requests from the server to the client (sampling,
+** elicitation, roots, ping) and their responses pass through unchanged.
+**
+** A guarded tools/call (class from the policy, else from the tool's
+** annotations learned from tools/list, else unknown_tools) is a call
+** (struct gcall) that walks the guard's steps (include/idem.h): EXECUTE
+** sends tools/call to the server with the canonical arguments, the key in
+** key_arg and in _meta "io.idem/key"; CHECK calls the policy's status tool
+** on the same server (or runs its status command on a worker, as idem exec
+** does); WAIT sets a timer; ANSWER turns the envelope into a
+** tool result for the client.  Past its deadline an execute is answered
+** unknown to the guard, the server gets notifications/cancelled, and the
+** request's id stays mapped: a response that still comes is recorded as a
+** late result (idem_guard_late).
+**
+** What the server's answer means: a result with isError true is a definite
+** failure (rejected: the tool ran and said no); a JSON-RPC error with a
+** protocol code (-32700, -32600, -32601, -32602) means the request was not
+** processed (rejected); any other error, a server that exits, or the
+** deadline means unknown.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "idemInt.h"
+#include "mcp.h"
+#include "mcp_gw.h"
+
+static gw *the_gw; /* for the signal handler's self-pipe */
+
+long long gw_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+char *gw_dupn(const char *p, size_t n) {
+  char *q = malloc(n + 1);
+  if (q) {
+    memcpy(q, p, n);
+    q[n] = '\0';
+  }
+  return q;
+}
+
+void gw_oom(void) {
+  cli_err("out of memory");
+  exit(EXIT_FAIL);
+}
+
+/* ---- output --------------------------------------------------------------------- */
+
+void gw_to_client(gw *w, const char *p, size_t n) {
+  if (w->cout_dead) return;
+  if (mcp_buf_put(&w->cout, p, n)) gw_oom();
+}
+
+void gw_to_server(gw *w, const char *p, size_t n) {
+  if (w->sout_closed) return;
+  if (mcp_buf_put(&w->sout, p, n)) gw_oom();
+}
+
+/* Write what fd takes now; -1 when the peer is gone. */
+static int flush_fd(int fd, mcp_buf *b) {
+  while (b->len) {
+    ssize_t k = write(fd, b->p, b->len);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      return -1;
+    }
+    mcp_buf_consume(b, (size_t)k);
+  }
+  return 0;
+}
+
+static void flush_all(gw *w) {
+  if (!w->cout_dead && w->cout.len && flush_fd(1, &w->cout)) {
+    w->cout_dead = 1;
+    w->cout.len = 0;
+  }
+  if (!w->sout_closed && w->sout.len && flush_fd(w->to_srv, &w->sout)) {
+    w->sout_closed = 1;
+    w->sout.len = 0;
+    close(w->to_srv);
+  }
+}
+
+void gw_client_error(gw *w, const char *id, size_t idlen, int code,
+                     const char *fmt, ...) {
+  char msg[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (!w->cout_dead && mcp_put_error(&w->cout, id, idlen, code, msg)) gw_oom();
+}
+
+/* ---- pending server requests ------------------------------------------------------- */
+
+pend *gw_pend_add(gw *w, int kind) {
+  pend *p = calloc(1, sizeof *p);
+  if (!p) gw_oom();
+  p->gid = ++w->next_gid;
+  p->kind = kind;
+  p->next = w->buckets[p->gid % BUCKETS];
+  w->buckets[p->gid % BUCKETS] = p;
+  return p;
+}
+
+pend *gw_pend_find(gw *w, long long gid) {
+  pend *p;
+  if (gid <= 0) return NULL;
+  for (p = w->buckets[gid % BUCKETS]; p; p = p->next)
+    if (p->gid == gid) return p;
+  return NULL;
+}
+
+static void pend_remove(gw *w, pend *p) {
+  pend **pp = &w->buckets[p->gid % BUCKETS];
+  while (*pp != p) pp = &(*pp)->next;
+  *pp = p->next;
+  free(p->cid);
+  json_decref(p->cidv);
+  free(p);
+}
+
+/* ---- workers ------------------------------------------------------------------------ */
+
+/* ---- live calls ------------------------------------------------------------------------ */
+
+/* ---- a guarded call's steps --------------------------------------------------------- */
+
+int gw_server_gone(gw *w) { return w->sin_eof || w->sout_closed; }
+
+/* ---- from the client ------------------------------------------------------------------ */
+
+void gw_forward_request(gw *w, const char *line, size_t len, const mcp_msg *m) {
+  char gid[32];
+  pend *p;
+  if (gw_server_gone(w)) {
+    gw_client_error(w, line + m->id_s, m->id_e - m->id_s, -32603,
+                    "idem: the server has exited");
+    return;
+  }
+  p = gw_pend_add(w, P_FWD);
+  if (!(p->cid = gw_dupn(line + m->id_s, m->id_e - m->id_s))) gw_oom();
+  p->cidlen = m->id_e - m->id_s;
+  p->cidv = json_incref(m->id);
+  p->tools_list = strcmp(m->method, "tools/list") == 0;
+  snprintf(gid, sizeof gid, "%lld", p->gid);
+  if (mcp_splice(&w->sout, line, len, m->id_s, m->id_e, gid, strlen(gid)))
+    gw_oom();
+}
+
+int gw_tool_class(gw *w, const char *tool) {
+  idem__tool_rule scratch;
+  const idem__tool_rule *r = idem__policy_rule(w->policy, tool, &scratch);
+  json_t *l;
+  if (r != &scratch) return r->cls; /* the policy always wins */
+  if ((l = json_object_get(w->learned, tool)))
+    return (int)json_integer_value(l);
+  return w->policy->unknown_tools;
+}
+
+char *gw_meta_string(const json_t *meta, const char *name) {
+  const char *v = json_string_value(json_object_get(meta, name));
+  return v && *v ? gw_dupn(v, strlen(v)) : NULL;
+}
+
+static void handle_cancel(gw *w, const char *line, size_t len,
+                          const mcp_msg *m) {
+  json_t *rid = json_object_get(m->params, "requestId");
+  size_t ps, pe, vs, ve;
+  gcall *c;
+  if (!rid) return;
+  for (size_t i = 0; i < BUCKETS; i++)
+    for (pend *p = w->buckets[i]; p; p = p->next)
+      if (p->kind == P_FWD && json_equal(p->cidv, rid)) {
+        char gid[32];
+        snprintf(gid, sizeof gid, "%lld", p->gid);
+        if (mcp_member(line, len, "params", &ps, &pe) == 1 &&
+            mcp_member(line + ps, pe - ps, "requestId", &vs, &ve) == 1) {
+          if (!w->sout_closed && mcp_splice(&w->sout, line, len, ps + vs,
+                                            ps + ve, gid, strlen(gid)))
+            gw_oom();
+        }
+        return;
+      }
+  /* a guarded call goes on (its outcome is recorded); it is just not
+  ** answered, as MCP asks of a cancelled request */
+  for (c = w->live; c; c = c->next)
+    if (json_equal(c->cidv, rid)) c->cancelled = 1;
+}
+
+static void on_client_line(void *ctx, const char *line, size_t len,
+                           int oversized) {
+  gw *w = ctx;
+  mcp_msg m;
+  char err[300];
+  if (oversized) {
+    size_t vs, ve;
+    int has = mcp_prefix_id(line, len, &vs, &ve);
+    cli_err("a client message of more than %zu bytes was refused",
+            w->max_message);
+    gw_client_error(w, has ? line + vs : NULL, has ? ve - vs : 0, -32600,
+                    "idem: message larger than %zu bytes refused (see idem mcp "
+                    "--max-message)",
+                    w->max_message);
+    return;
+  }
+  if (mcp_msg_parse(line, len, &m, err, sizeof err)) {
+    gw_client_error(w, NULL, 0, -32700, "Parse error: idem: %s", err);
+    return;
+  }
+  switch (m.kind) {
+  case MCP_REQUEST:
+    if (strcmp(m.method, "tools/call") == 0)
+      gw_handle_call(w, line, len, &m);
+    else
+      gw_forward_request(w, line, len, &m);
+    break;
+  case MCP_NOTIFY:
+    if (strcmp(m.method, "notifications/cancelled") == 0)
+      handle_cancel(w, line, len, &m);
+    else {
+      gw_to_server(w, line, len);
+      gw_to_server(w, "\n", 1);
+    }
+    break;
+  case MCP_RESPONSE: /* to one of the server's requests: its own ids */
+    gw_to_server(w, line, len);
+    gw_to_server(w, "\n", 1);
+    break;
+  default:
+    gw_client_error(w, m.id_e ? line + m.id_s : NULL,
+                    m.id_e ? m.id_e - m.id_s : 0, -32600,
+                    "Invalid Request: idem: not a JSON-RPC 2.0 message");
+  }
+  mcp_msg_free(&m);
+}
+
+/* ---- from the server ------------------------------------------------------------------ */
+
+static void learn_tools(gw *w, const json_t *result) {
+  const json_t *tools = json_object_get(result, "tools"), *t;
+  size_t i;
+  json_array_foreach(tools, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    if (name)
+      json_object_set_new(w->learned, name, json_integer(mcp_class_of(t)));
+  }
+}
+
+static void on_server_response(gw *w, const mcp_msg *m, const char *line,
+                               size_t len) {
+  long long gid = -1;
+  pend *p;
+  if (json_is_number(m->id)) {
+    double d = json_number_value(m->id);
+    if (d >= 1 && d < 9e15 && d == (double)(long long)d) gid = (long long)d;
+  }
+  if (!(p = gw_pend_find(w, gid))) {
+    cli_err("the server answered a request it was not sent (id %.*s); dropped",
+            (int)(m->id_e - m->id_s), line + m->id_s);
+    return;
+  }
+  switch (p->kind) {
+  case P_FWD:
+    if (p->tools_list) learn_tools(w, json_object_get(m->root, "result"));
+    if (!w->cout_dead &&
+        mcp_splice(&w->cout, line, len, m->id_s, m->id_e, p->cid, p->cidlen))
+      gw_oom();
+    break;
+  case P_EXEC: gw_on_exec_answer(w, p->c, m, line, len); break;
+  case P_CHECK: gw_on_check_answer(w, p->c, m, line, len); break;
+  case P_LATE: {
+    const char *text;
+    size_t tlen;
+    int is_error;
+    gw_take_answer(p->c, m, line, len, &text, &tlen, &is_error);
+    gw_submit(w, p->c, J_LATE);
+    p->c = NULL;
+    break;
+  }
+  default: break; /* P_DROP: a check answered after its deadline */
+  }
+  pend_remove(w, p);
+}
+
+/* A request in flight that will get no (readable) answer. */
+static void pend_fail(gw *w, pend *p, const char *why) {
+  switch (p->kind) {
+  case P_FWD:
+    gw_client_error(w, p->cid, p->cidlen, -32603, "idem: %s", why);
+    break;
+  case P_EXEC:
+    p->c->gid = 0;
+    p->c->timer = T_NONE;
+    gw_set_input(p->c, IDEM_OUTCOME_UNKNOWN, NULL, 0, why);
+    gw_submit(w, p->c, J_FINISH);
+    break;
+  case P_CHECK:
+    p->c->gid = 0;
+    p->c->timer = T_NONE;
+    gw_set_input(p->c, IDEM_OUTCOME_UNKNOWN, NULL, 0, NULL);
+    gw_submit(w, p->c, J_RESOLVE);
+    break;
+  case P_LATE: gw_gcall_free(p->c); break;
+  default: break;
+  }
+  pend_remove(w, p);
+}
+
+static void on_server_line(void *ctx, const char *line, size_t len,
+                           int oversized) {
+  gw *w = ctx;
+  mcp_msg m;
+  char err[300];
+  if (oversized) {
+    size_t vs, ve;
+    pend *p = NULL;
+    cli_err("the server sent a message of more than %zu bytes; dropped",
+            w->max_message);
+    if (mcp_prefix_id(line, len, &vs, &ve)) {
+      char num[32];
+      size_t k = ve - vs < sizeof num - 1 ? ve - vs : sizeof num - 1;
+      memcpy(num, line + vs, k);
+      num[k] = '\0';
+      p = gw_pend_find(w, strtoll(num, NULL, 10));
+    }
+    if (p)
+      pend_fail(w, p,
+                "the server's answer was larger than the limit "
+                "(idem mcp --max-message)");
+    return;
+  }
+  if (mcp_msg_parse(line, len, &m, err, sizeof err)) {
+    cli_err("the server sent a line that is not JSON (%s); dropped", err);
+    return;
+  }
+  switch (m.kind) {
+  case MCP_REQUEST:
+  case MCP_NOTIFY:
+    gw_to_client(w, line, len);
+    gw_to_client(w, "\n", 1);
+    break;
+  case MCP_RESPONSE: on_server_response(w, &m, line, len); break;
+  default: cli_err("the server sent a line that is not JSON-RPC 2.0; dropped");
+  }
+  mcp_msg_free(&m);
+}
+
+/* ---- timers ---------------------------------------------------------------------------- */
+
+/* Milliseconds to the next timer (-1: none), firing those that are due. */
+static int run_timers(gw *w) {
+  long long now = gw_mono_ms(), next = -1;
+  gcall *c, *nx;
+  for (c = w->live; c; c = nx) {
+    nx = c->next;
+    if (c->timer == T_NONE) continue;
+    if (c->due <= now)
+      gw_fire(w, c);
+    else if (next < 0 || c->due < next)
+      next = c->due;
+  }
+  if (w->grace_at && next < 0) next = w->grace_at;
+  if (w->grace_at && w->grace_at < next) next = w->grace_at;
+  if (next < 0) return -1;
+  return next - now > 60000 ? 60000 : (int)(next - now);
+}
+
+/* ---- the child ------------------------------------------------------------------------- */
+
+static void on_signal(int sig) {
+  unsigned char b = (unsigned char)sig;
+  int saved = errno;
+  if (the_gw && write(the_gw->sig[1], &b, 1) < 0) { /* full: already told */
+  }
+  errno = saved;
+}
+
+static int set_flags(int fd, int add) {
+  int fl = fcntl(fd, F_GETFL);
+  return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | add);
+}
+
+/* Start the server with pipes on its stdin and stdout; 0 or an errno. */
+static int spawn(gw *w, char **argv) {
+  int in[2], out[2], err[2], e = 0;
+  pid_t pid, parent = getpid();
+  ssize_t k;
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
+    return errno;
+  pid = fork();
+  if (pid < 0) return errno;
+  if (pid == 0) {
+    /* the server dies with us, and is signalled by us alone */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127); /* we died before the prctl */
+    setpgid(0, 0);
+    signal(SIGPIPE, SIG_DFL);
+    if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0) _exit(127);
+    execvp(argv[0], argv);
+    e = errno;
+    if (write(err[1], &e, sizeof e) < 0) _exit(127);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  do k = read(err[0], &e, sizeof e);
+  while (k < 0 && errno == EINTR);
+  close(err[0]);
+  if (k == (ssize_t)sizeof e) {
+    waitpid(pid, NULL, 0);
+    close(in[1]);
+    close(out[0]);
+    return e;
+  }
+  w->child = pid;
+  w->to_srv = in[1];
+  w->from_srv = out[0];
+  set_flags(w->to_srv, O_NONBLOCK);
+  set_flags(w->from_srv, O_NONBLOCK);
+  return 0;
+}
+
+static void reap(gw *w) {
+  int st;
+  pid_t r;
+  while (!w->child_done && (r = waitpid(w->child, &st, WNOHANG)) != 0) {
+    if (r < 0 && errno == EINTR) continue;
+    w->child_done = 1;
+    w->child_status = r < 0 ? 0 : st;
+  }
+}
+
+static void server_closed(gw *w) {
+  w->sin_eof = 1;
+  mcp_lines_end(&w->sin, on_server_line, w);
+  /* every request in flight is answered now: nobody else will */
+  for (size_t i = 0; i < BUCKETS; i++)
+    while (w->buckets[i])
+      pend_fail(w, w->buckets[i], "the server exited before answering");
+  if (!w->sout_closed) {
+    w->sout_closed = 1;
+    w->sout.len = 0;
+    close(w->to_srv);
+  }
+}
+
+/* ---- the loop -------------------------------------------------------------------------- */
+
+static int jobs_idle(gw *w) {
+  int idle;
+  pthread_mutex_lock(&w->mu);
+  idle = !w->qhead && !w->done;
+  pthread_mutex_unlock(&w->mu);
+  return idle;
+}
+
+static int loop(gw *w) {
+  char buf[65536];
+  for (;;) {
+    struct pollfd pf[6];
+    int n = 0, ic = -1, is = -1, oc = -1, os = -1, timeout;
+    gcall *d;
+
+    /* jobs the workers finished */
+    pthread_mutex_lock(&w->mu);
+    d = w->done;
+    w->done = NULL;
+    pthread_mutex_unlock(&w->mu);
+    while (d) {
+      gcall *nx = d->qnext;
+      gw_job_done(w, d);
+      d = nx;
+    }
+    timeout = run_timers(w);
+
+    /* the client is gone and its last messages are sent: the server's
+    ** stdin closes; a server that does not exit then is stopped */
+    if (w->cin_eof && !w->sout_closed && !w->sout.len && !w->nlive) {
+      w->sout_closed = 1;
+      close(w->to_srv);
+      w->grace_at = gw_mono_ms() + GRACE_MS;
+    }
+    if (w->grace_at && !w->child_done && gw_mono_ms() >= w->grace_at) {
+      kill(w->child, w->grace_stage ? SIGKILL : SIGTERM);
+      w->we_killed = 1;
+      w->grace_stage++;
+      w->grace_at = gw_mono_ms() + GRACE_MS;
+    }
+    flush_all(w);
+    if (w->child_done && w->sin_eof && !w->nlive && jobs_idle(w) &&
+        (w->cout_dead || !w->cout.len))
+      return 0;
+    if (w->cin_eof && w->cout_dead && w->child_done && w->sin_eof &&
+        jobs_idle(w) && !w->nlive)
+      return 0;
+
+    pf[n].fd = w->sig[0];
+    pf[n++].events = POLLIN;
+    pf[n].fd = w->wake[0];
+    pf[n++].events = POLLIN;
+    if (!w->cin_eof && w->sout.len < QUEUE_HIGH && w->cout.len < QUEUE_HIGH) {
+      ic = n;
+      pf[n].fd = 0;
+      pf[n++].events = POLLIN;
+    }
+    if (!w->sin_eof && w->cout.len < QUEUE_HIGH) {
+      is = n;
+      pf[n].fd = w->from_srv;
+      pf[n++].events = POLLIN;
+    }
+    if (w->cout.len && !w->cout_dead) {
+      oc = n;
+      pf[n].fd = 1;
+      pf[n++].events = POLLOUT;
+    }
+    if (w->sout.len && !w->sout_closed) {
+      os = n;
+      pf[n].fd = w->to_srv;
+      pf[n++].events = POLLOUT;
+    }
+    if (w->child_done && w->sin_eof && timeout < 0) timeout = 50;
+    if (poll(pf, (nfds_t)n, timeout) < 0) {
+      if (errno == EINTR) continue;
+      cli_err("poll: %s", strerror(errno));
+      return -1;
+    }
+    if (pf[0].revents & POLLIN) {
+      unsigned char sigs[64];
+      ssize_t k = read(w->sig[0], sigs, sizeof sigs);
+      for (ssize_t i = 0; i < k; i++) {
+        if (sigs[i] == SIGCHLD)
+          reap(w);
+        else if (!w->child_done)
+          kill(w->child, sigs[i]); /* forwarded */
+      }
+    }
+    if (pf[1].revents & POLLIN) {
+      ssize_t k = read(w->wake[0], buf, sizeof buf);
+      (void)k;
+    }
+    if (is >= 0 && pf[is].revents) {
+      ssize_t k = read(w->from_srv, buf, sizeof buf);
+      if (k > 0) {
+        if (mcp_lines_feed(&w->sin, buf, (size_t)k, on_server_line, w))
+          gw_oom();
+      } else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
+        server_closed(w);
+      }
+    }
+    if (ic >= 0 && pf[ic].revents) {
+      ssize_t k = read(0, buf, sizeof buf);
+      if (k > 0) {
+        if (mcp_lines_feed(&w->cin, buf, (size_t)k, on_client_line, w))
+          gw_oom();
+      } else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
+        w->cin_eof = 1;
+        mcp_lines_end(&w->cin, on_client_line, w);
+      }
+    }
+    (void)oc;
+    (void)os;
+  }
+}
+
+/* ---- setting up ---------------------------------------------------------------------- */
+
+/* The user's policy with unknown_tools "guard": the guard's rules for the
+** tools the policy does not name but tools/list showed to be guarded. */
+static int guarding_policy(const char *path, idem_policy **out) {
+  json_error_t je;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  char *text;
+  int rc;
+  *out = NULL;
+  if (!root || json_object_set_new(root, "unknown_tools", json_string("guard")))
+    return IDEM_POLICY;
+  text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  if (!text) return IDEM_NOMEM;
+  rc = idem_policy_parse(text, strlen(text), path, out);
+  free(text);
+  return rc;
+}
+
+static void random_session(char *buf, size_t n) {
+  unsigned char r[8] = {0};
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (!f || fread(r, 1, sizeof r, f) != sizeof r) {
+    long long t = gw_mono_ms() ^ (long long)getpid();
+    memcpy(r, &t, sizeof r);
+  }
+  if (f) fclose(f);
+  snprintf(buf, n, "mcp-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2],
+           r[3], r[4], r[5], r[6], r[7]);
+}
+
+static int exit_status(const gw *w) {
+  if (!w->child_done) return EXIT_FAIL;
+  if (WIFEXITED(w->child_status)) return WEXITSTATUS(w->child_status);
+  if (w->we_killed) return EXIT_OK; /* stopped after the client left */
+  if (WIFSIGNALED(w->child_status)) return 128 + WTERMSIG(w->child_status);
+  return EXIT_FAIL;
+}
+
+int cmd_mcp(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"policy", required_argument, NULL, 'p'},
+      {"log", required_argument, NULL, 'L'},
+      {"session", required_argument, NULL, 's'},
+      {"max-message", required_argument, NULL, 'm'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  const char *policy_path = NULL, *log = NULL, *session = NULL;
+  char sessbuf[64], logbuf[4200];
+  size_t max_message = DEFAULT_MAX_MESSAGE;
+  gw *w;
+  int ch, rc, code = EXIT_FAIL, stdout_flags;
+  struct sigaction sa;
+
+  while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'p': policy_path = optarg; break;
+    case 'L': log = optarg; break;
+    case 's': session = optarg; break;
+    case 'm':
+      if (cli_parse_size("--max-message", optarg, 1024, (size_t)1 << 30,
+                         &max_message))
+        return EXIT_USAGE;
+      break;
+    case 'h': cli_print_usage(stdout, "mcp"); return EXIT_OK;
+    case ':':
+      return cli_usage("mcp", "option '%s' needs a value", argv[optind - 1]);
+    default:
+      return cli_usage("mcp", "no option '%s' for mcp", argv[optind - 1]);
+    }
+  }
+  if (!policy_path) return cli_usage("mcp", "--policy is required");
+  if (optind >= argc)
+    return cli_usage("mcp", "the server to run is missing (after --)");
+  if (session && !*session) return cli_usage("mcp", "--session is empty");
+  if (!session) session = getenv("IDEM_SESSION");
+  if (!session || !*session) {
+    random_session(sessbuf, sizeof sessbuf);
+    session = sessbuf;
+    cli_err("no --session or IDEM_SESSION: calls without _meta "
+            "\"io.idem/session\" use session %s, which a restart does not "
+            "keep",
+            session);
+  }
+  if (!(w = calloc(1, sizeof *w))) gw_oom();
+  w->session = session;
+  w->max_message = max_message;
+  rc = idem_policy_load(policy_path, &w->policy);
+  if (rc) {
+    cli_err("%s: %s", policy_path,
+            w->policy ? idem_policy_errmsg(w->policy) : "out of memory");
+    code = rc == IDEM_POLICY ? EXIT_DATA : EXIT_FAIL;
+    goto out;
+  }
+  if ((rc = guarding_policy(policy_path, &w->gpolicy))) {
+    cli_err("%s: %s", policy_path,
+            w->gpolicy ? idem_policy_errmsg(w->gpolicy) : "cannot be read");
+    goto out;
+  }
+  if (!(w->learned = json_object())) gw_oom();
+  mcp_lines_init(&w->cin, max_message);
+  mcp_lines_init(&w->sin, max_message);
+  mcp_buf_init(&w->cout, (size_t)1 << 40);
+  mcp_buf_init(&w->sout, (size_t)1 << 40);
+  if (pipe2(w->sig, O_CLOEXEC | O_NONBLOCK) ||
+      pipe2(w->wake, O_CLOEXEC | O_NONBLOCK)) {
+    cli_err("pipe: %s", strerror(errno));
+    goto out;
+  }
+  the_gw = w;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGCHLD, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  /* the server is forked before any thread exists (the log's included),
+  ** so the child's way to exec takes no lock another thread held */
+  if ((rc = spawn(w, argv + optind))) {
+    cli_err("cannot run %s: %s", argv[optind], strerror(rc));
+    goto out;
+  }
+  if (!log) log = idem__default_log(logbuf, sizeof logbuf);
+  if (idem_guard_open(log, w->policy, &w->g_user) ||
+      idem_guard_open(log, w->gpolicy, &w->g_guarded)) {
+    cli_err("%s", idem_guard_errmsg(w->g_guarded ? w->g_guarded : w->g_user));
+    kill(w->child, SIGTERM);
+    waitpid(w->child, NULL, 0);
+    goto out;
+  }
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  for (w->nth = 0; w->nth < WORKERS; w->nth++)
+    if (pthread_create(&w->th[w->nth], NULL, gw_worker, w)) break;
+  if (!w->nth) {
+    cli_err("cannot start a thread");
+    kill(w->child, SIGTERM);
+    waitpid(w->child, NULL, 0);
+    goto out;
+  }
+  stdout_flags = fcntl(1, F_GETFL);
+  set_flags(1, O_NONBLOCK);
+  if (loop(w) == 0) code = exit_status(w);
+  if (stdout_flags >= 0) fcntl(1, F_SETFL, stdout_flags);
+
+  pthread_mutex_lock(&w->mu);
+  w->stop = 1;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  for (int i = 0; i < w->nth; i++) pthread_join(w->th[i], NULL);
+  for (size_t i = 0; i < BUCKETS; i++)
+    while (w->buckets[i]) {
+      if (w->buckets[i]->kind == P_LATE) gw_gcall_free(w->buckets[i]->c);
+      pend_remove(w, w->buckets[i]);
+    }
+  while (w->live) {
+    gcall *c = w->live;
+    gw_live_remove(w, c);
+    gw_gcall_free(c);
+  }
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+out:
+  the_gw = NULL;
+  mcp_lines_free(&w->cin);
+  mcp_lines_free(&w->sin);
+  mcp_buf_free(&w->cout);
+  mcp_buf_free(&w->sout);
+  json_decref(w->learned);
+  idem_guard_close(w->g_user);
+  idem_guard_close(w->g_guarded);
+  idem_policy_free(w->policy);
+  idem_policy_free(w->gpolicy);
+  free(w);
+  return code;
+}

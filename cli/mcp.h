@@ -1,0 +1,129 @@
+/*
+** mcp.h - the MCP gateway's message handling (jsonrpc.c), shared by
+** `idem mcp` (cmd_mcp.c) and its fuzz target (fuzz/fuzz_mcp.c).
+**
+** Messages are lines of JSON-RPC 2.0 (MCP's stdio transport).  A line is
+** parsed with jansson to learn what it is, but it is forwarded as the bytes
+** it came as: the gateway changes only what it must (a request id) by
+** splicing bytes at spans found by a small scanner, so numbers, member
+** order and escapes reach the other side exactly as they were sent.
+*/
+#ifndef IDEM_MCP_H
+#define IDEM_MCP_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* ---- a growable byte buffer with a hard cap --------------------------------- */
+
+typedef struct mcp_buf {
+  char *p;
+  size_t len, cap, max; /* max: the hard cap; growing past it fails */
+} mcp_buf;
+
+void mcp_buf_init(mcp_buf *b, size_t max);
+void mcp_buf_free(mcp_buf *b);
+/* Append n bytes; -1 (nothing appended) past the cap or out of memory. */
+int mcp_buf_put(mcp_buf *b, const void *p, size_t n);
+int mcp_buf_puts(mcp_buf *b, const char *s);
+/* Drop the first n bytes. */
+void mcp_buf_consume(mcp_buf *b, size_t n);
+
+/* ---- lines ------------------------------------------------------------------ */
+
+/* One direction's input: bytes in, whole lines out.  A line longer than
+** max is not kept: its first bytes (up to MCP_PREFIX) are handed over once
+** with oversized set, so that its id can be recovered, and the rest is
+** skipped up to the next newline. */
+#define MCP_PREFIX 65536
+
+typedef struct mcp_lines {
+  mcp_buf b;
+  size_t max;
+  int skipping; /* inside an oversized line */
+} mcp_lines;
+
+typedef void (*mcp_line_fn)(void *ctx, const char *line, size_t len,
+                            int oversized);
+
+void mcp_lines_init(mcp_lines *l, size_t max);
+void mcp_lines_free(mcp_lines *l);
+/* Feed bytes; fn is called for every complete non-empty line (without its
+** newline and a CR before it).  -1 when memory ran out. */
+int mcp_lines_feed(mcp_lines *l, const char *p, size_t n, mcp_line_fn fn,
+                   void *ctx);
+/* At end of input: a last line without a newline is still a line. */
+void mcp_lines_end(mcp_lines *l, mcp_line_fn fn, void *ctx);
+
+/* ---- the raw scanner ---------------------------------------------------------- */
+
+/* The end of the JSON value starting at p[i] (after whitespace), or
+** (size_t)-1 when the text is malformed or ends first. */
+size_t mcp_skip_value(const char *p, size_t n, size_t i);
+
+/* Find member `name` (compared as raw bytes between the quotes) of the
+** object at p[0..n): 1 and its value's span [*vs, *ve), 0 when absent, -1
+** when the text is not an object or is cut before the member is found. */
+int mcp_member(const char *p, size_t n, const char *name, size_t *vs,
+               size_t *ve);
+
+/* ---- messages ------------------------------------------------------------------ */
+
+enum {
+  MCP_REQUEST = 1,  /* method and id */
+  MCP_NOTIFY = 2,   /* method, no id */
+  MCP_RESPONSE = 3, /* id and result or error, no method */
+  MCP_INVALID = 4   /* JSON, but not a JSON-RPC message */
+};
+
+typedef struct mcp_msg {
+  json_t *root;       /* the parsed line (owned)                     */
+  int kind;           /* MCP_*                                       */
+  const char *method; /* borrowed from root, or NULL                 */
+  json_t *id;         /* borrowed from root, or NULL                 */
+  size_t id_s, id_e;  /* the id's raw span in the line (id_e > 0)    */
+  json_t *params;     /* borrowed, or NULL                           */
+} mcp_msg;
+
+/* Parse one line.  0 on success (m->kind says what it is); -1 on a JSON
+** error, with the message in err. */
+int mcp_msg_parse(const char *line, size_t len, mcp_msg *m, char *err,
+                  size_t errn);
+void mcp_msg_free(mcp_msg *m);
+
+/* The id found in the first bytes of a line (an oversized one): its raw
+** span, or 0 when none was found before the cut. */
+int mcp_prefix_id(const char *p, size_t n, size_t *vs, size_t *ve);
+
+/* Append line with the bytes [vs, ve) replaced by repl, and a newline. */
+int mcp_splice(mcp_buf *out, const char *line, size_t len, size_t vs, size_t ve,
+               const char *repl, size_t rlen);
+
+/* Append a JSON-RPC error response: id is raw JSON text (NULL: null). */
+int mcp_put_error(mcp_buf *out, const char *id, size_t idlen, int code,
+                  const char *message);
+
+/* Write the object text obj with the members of add merged into its
+** "_meta" (created when absent) to out (no newline).  -1 when obj is not
+** an object. */
+int mcp_put_with_meta(mcp_buf *out, const char *obj, size_t len,
+                      const json_t *add);
+
+/* ---- tools ------------------------------------------------------------------------- */
+
+/* The class a tool's annotations give it (SPEC §10): readOnlyHint true ->
+** read_only; idempotentHint true and destructiveHint not true ->
+** idempotent; anything else (no annotations at all) -> guarded. */
+int mcp_class_of(const json_t *tool);
+
+/* Does a status tool's result (the "result" member of its answer: parsed,
+** and its raw text) say "applied"?  fn gives the policy's verdict on one
+** JSON text (idem_step_check_verdict); the texts asked are the whole
+** result, its structuredContent, then each text content item (MCP servers
+** often put their JSON there).  IDEM_OUTCOME_APPLIED when one of them
+** shows the action, else IDEM_OUTCOME_NOT_APPLIED. */
+typedef int (*mcp_verdict_fn)(void *ctx, const char *text, size_t len);
+int mcp_verdict(const json_t *result, const char *raw, size_t len,
+                mcp_verdict_fn fn, void *ctx);
+
+#endif /* IDEM_MCP_H */

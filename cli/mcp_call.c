@@ -1,0 +1,555 @@
+/*
+** mcp_call.c - guarded tools/call in `idem mcp` (SPEC §10): each call walks
+** the guard's two-phase API (include/idem.h).  Every step that touches the
+** attempt log runs as a job on a worker thread; the loop (cmd_mcp.c) gets
+** the finished job back and asks the step what next: EXECUTE sends the
+** call to the server and arms its deadline, CHECK calls the status tool
+** (or runs the status command on a worker), WAIT arms a timer, ANSWER
+** writes the client's tool result and lets a worker mark it delivered.
+** One call has at most one job or one server request outstanding, so a
+** step is only ever used by one thread at a time.
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mcp_gw.h"
+
+void gw_gcall_free(gcall *c) {
+  if (!c) return;
+  idem_step_free(c->s);
+  free(c->cid);
+  json_decref(c->cidv);
+  free(c->session);
+  free(c->call_id);
+  free(c->tool);
+  free(c->args);
+  json_decref(c->meta);
+  free(c->result);
+  free(c->error);
+  free(c->fresh_text);
+  free(c);
+}
+
+static void run_job(gcall *c) {
+  int rc = IDEM_OK;
+  switch (c->job) {
+  case J_BEGIN: {
+    idem_call call = {c->session, c->call_id, c->tool, c->args, c->args_len};
+    rc = idem_guard_begin(c->g, &call, &c->s);
+    break;
+  }
+  case J_FINISH:
+    rc = idem_step_finish(c->s, c->outcome, c->result, c->result_len, c->error);
+    break;
+  case J_RESOLVE:
+    rc = idem_step_resolve(c->s, c->outcome, c->result, c->result_len);
+    break;
+  case J_POLL: rc = idem_step_poll(c->s); break;
+  case J_DELIVER:
+    if (c->deliver) rc = idem_step_delivered(c->s);
+    break;
+  case J_CMD: {
+    /* the policy's status command (as for idem exec), then its verdict */
+    char *out = NULL;
+    size_t len = 0;
+    int outcome = cli_status_check(c->s, idem_step_check_command(c->s),
+                                   c->session, c->call_id, c->tool, &out, &len);
+    rc = idem_step_resolve(c->s, outcome, out, out ? len : 0);
+    free(out);
+    break;
+  }
+  case J_LATE:
+    rc = idem_guard_late(c->g, c->session, c->call_id, c->token, c->outcome,
+                         c->result, c->result_len, c->error);
+    break;
+  }
+  c->rc = rc;
+  if (rc) snprintf(c->errmsg, sizeof c->errmsg, "%s", idem_guard_errmsg(c->g));
+}
+
+void *gw_worker(void *arg) {
+  gw *w = arg;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    gcall *c;
+    while (!w->qhead && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+    if (!w->qhead) break;
+    c = w->qhead;
+    w->qhead = c->qnext;
+    if (!w->qhead) w->qtail = NULL;
+    pthread_mutex_unlock(&w->mu);
+    run_job(c);
+    pthread_mutex_lock(&w->mu);
+    c->qnext = w->done;
+    w->done = c;
+    if (write(w->wake[1], "j", 1) < 0) { /* the pipe is full: already woken */
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+void gw_submit(gw *w, gcall *c, int job) {
+  c->job = job;
+  c->qnext = NULL;
+  pthread_mutex_lock(&w->mu);
+  if (w->qtail)
+    w->qtail->qnext = c;
+  else
+    w->qhead = c;
+  w->qtail = c;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+void gw_set_input(gcall *c, int outcome, const char *result, size_t len,
+                  const char *error) {
+  free(c->result);
+  free(c->error);
+  c->result = result ? gw_dupn(result, len) : NULL;
+  c->result_len = result ? len : 0;
+  c->error = error ? gw_dupn(error, strlen(error)) : NULL;
+  c->outcome = outcome;
+}
+
+void gw_live_add(gw *w, gcall *c) {
+  c->next = w->live;
+  c->prev = NULL;
+  if (w->live) w->live->prev = c;
+  w->live = c;
+  w->nlive++;
+}
+
+void gw_live_remove(gw *w, gcall *c) {
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    w->live = c->next;
+  if (c->next) c->next->prev = c->prev;
+  w->nlive--;
+}
+
+static void put_json_string(mcp_buf *b, const char *s) {
+  json_t *v = json_string(s);
+  char *d = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+  if (!d || mcp_buf_puts(b, d)) gw_oom();
+  free(d);
+  json_decref(v);
+}
+
+/* Send tools/call name(args) with _meta to the server as request gid. */
+static void send_call(gw *w, long long gid, const char *tool, const char *args,
+                      size_t alen, const json_t *meta) {
+  mcp_buf m;
+  char head[96];
+  mcp_buf_init(&m, (size_t)-1);
+  snprintf(head, sizeof head,
+           "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"tools/call\","
+           "\"params\":{\"name\":",
+           gid);
+  if (mcp_buf_puts(&m, head)) gw_oom();
+  put_json_string(&m, tool);
+  if (mcp_buf_puts(&m, ",\"arguments\":") || mcp_buf_put(&m, args, alen))
+    gw_oom();
+  if (meta) {
+    char *d = json_dumps(meta, JSON_COMPACT);
+    if (!d || mcp_buf_puts(&m, ",\"_meta\":") || mcp_buf_puts(&m, d)) gw_oom();
+    free(d);
+  }
+  if (mcp_buf_puts(&m, "}}\n")) gw_oom();
+  gw_to_server(w, m.p, m.len);
+  mcp_buf_free(&m);
+}
+
+static void send_cancel(gw *w, long long gid, const char *why) {
+  json_t *n = json_pack("{s:s,s:s,s:{s:I,s:s}}", "jsonrpc", "2.0", "method",
+                        "notifications/cancelled", "params", "requestId",
+                        (json_int_t)gid, "reason", why);
+  char *d = n ? json_dumps(n, JSON_COMPACT) : NULL;
+  if (!d) gw_oom();
+  gw_to_server(w, d, strlen(d));
+  gw_to_server(w, "\n", 1);
+  free(d);
+  json_decref(n);
+}
+
+static void send_exec(gw *w, gcall *c) {
+  size_t alen;
+  const char *args = idem_step_args(c->s, &alen);
+  json_t *meta = json_deep_copy(c->meta);
+  pend *p;
+  if (gw_server_gone(w)) {
+    json_decref(meta);
+    gw_set_input(c, IDEM_OUTCOME_NOT_APPLIED, NULL, 0,
+                 "the server has exited; the call was not sent");
+    gw_submit(w, c, J_FINISH);
+    return;
+  }
+  if (!meta || json_object_set_new(meta, "io.idem/key",
+                                   json_string(idem_step_key(c->s))))
+    gw_oom();
+  p = gw_pend_add(w, P_EXEC);
+  p->c = c;
+  c->gid = p->gid;
+  c->token = idem_step_token(c->s);
+  c->fresh = 0;
+  send_call(w, p->gid, c->tool, args, alen, meta);
+  json_decref(meta);
+  c->timer = T_DEADLINE;
+  c->due = gw_mono_ms() + idem_step_deadline_ms(c->s);
+}
+
+static void send_check(gw *w, gcall *c) {
+  const char *tool = idem_step_check_tool(c->s);
+  size_t alen;
+  const char *args = idem_step_check_args(c->s, &alen);
+  pend *p;
+  if (!tool && idem_step_check_command(c->s)) {
+    gw_submit(w, c, J_CMD); /* a shell command: on a worker, it blocks */
+    return;
+  }
+  if (!tool || gw_server_gone(w)) {
+    gw_set_input(c, IDEM_OUTCOME_UNKNOWN, NULL, 0, NULL);
+    gw_submit(w, c, J_RESOLVE);
+    return;
+  }
+  p = gw_pend_add(w, P_CHECK);
+  p->c = c;
+  c->gid = p->gid;
+  send_call(w, p->gid, tool, args ? args : "{}", args ? alen : 2, NULL);
+  c->timer = T_DEADLINE;
+  c->due = gw_mono_ms() + idem_step_deadline_ms(c->s);
+}
+
+/* The envelope as a tool result: isError, structuredContent, the message. */
+static void put_envelope_result(mcp_buf *b, const char *env, size_t elen,
+                                const char *message, const char *status,
+                                int replayed, int is_error) {
+  if (mcp_buf_puts(b, "{\"content\":[{\"type\":\"text\",\"text\":")) gw_oom();
+  put_json_string(b, message ? message : status);
+  if (mcp_buf_puts(b, "}],\"structuredContent\":") ||
+      mcp_buf_put(b, env, elen) ||
+      mcp_buf_puts(b, is_error ? ",\"isError\":true" : ",\"isError\":false") ||
+      mcp_buf_puts(b, ",\"_meta\":{\"io.idem/status\":"))
+    gw_oom();
+  put_json_string(b, status);
+  if (mcp_buf_puts(b, replayed ? ",\"io.idem/replayed\":true}}"
+                               : ",\"io.idem/replayed\":false}}"))
+    gw_oom();
+}
+
+/* Answer the client from the step's envelope (SPEC §10). */
+static void answer(gw *w, gcall *c) {
+  size_t elen, rs = 0, re = 0;
+  const char *env = idem_step_envelope(c->s, &elen);
+  int a = idem_step_answer(c->s);
+  json_t *e = json_loadb(env, elen, JSON_DECODE_INT_AS_REAL, NULL);
+  const char *status = json_string_value(json_object_get(e, "status"));
+  const char *message = json_string_value(json_object_get(e, "message"));
+  const char *dup = json_string_value(json_object_get(e, "duplicate_of"));
+  int replayed = json_is_true(json_object_get(e, "replayed"));
+  int has_result =
+      mcp_member(env, elen, "result", &rs, &re) == 1 && env[rs] == '{';
+  mcp_buf b;
+  if (!status) status = idem_answer_name(a);
+  mcp_buf_init(&b, (size_t)-1);
+  if (mcp_buf_puts(&b, "{\"jsonrpc\":\"2.0\",\"id\":") ||
+      mcp_buf_put(&b, c->cid, c->cidlen))
+    gw_oom();
+  if (!replayed && c->fresh &&
+      ((a == IDEM_ANSWER_SUCCEEDED && c->fresh == IDEM_OUTCOME_APPLIED) ||
+       (a == IDEM_ANSWER_FAILED && c->fresh == IDEM_OUTCOME_REJECTED))) {
+    /* the server's own answer to this very call, unchanged */
+    if (mcp_buf_puts(&b, c->fresh_is_error ? ",\"error\":" : ",\"result\":") ||
+        mcp_buf_put(&b, c->fresh_text, c->fresh_len))
+      gw_oom();
+  } else if (has_result &&
+             (a == IDEM_ANSWER_SUCCEEDED || a == IDEM_ANSWER_ALREADY_APPLIED ||
+              a == IDEM_ANSWER_FAILED)) {
+    /* the recorded result, marked */
+    json_t *add = json_pack("{sbss}", "io.idem/replayed",
+                            replayed || a == IDEM_ANSWER_ALREADY_APPLIED,
+                            "io.idem/status", status);
+    if (!add) gw_oom();
+    if (dup) json_object_set_new(add, "io.idem/duplicate_of", json_string(dup));
+    if (message)
+      json_object_set_new(add, "io.idem/message", json_string(message));
+    if (mcp_buf_puts(&b, ",\"result\":")) gw_oom();
+    if (json_is_array(
+            json_object_get(json_object_get(e, "result"), "content"))) {
+      if (mcp_put_with_meta(&b, env + rs, re - rs, add)) gw_oom();
+    } else {
+      /* not a tool result (a status command's output): its JSON as text */
+      char *d = json_dumps(add, JSON_COMPACT), *t = gw_dupn(env + rs, re - rs);
+      if (!d || !t ||
+          mcp_buf_puts(&b, "{\"content\":[{\"type\":\"text\",\"text\":"))
+        gw_oom();
+      put_json_string(&b, t);
+      if (mcp_buf_puts(&b, "}],\"_meta\":") || mcp_buf_puts(&b, d) ||
+          mcp_buf_puts(&b, "}"))
+        gw_oom();
+      free(d);
+      free(t);
+    }
+    json_decref(add);
+  } else {
+    if (mcp_buf_puts(&b, ",\"result\":")) gw_oom();
+    put_envelope_result(&b, env, elen, message, status, replayed,
+                        a != IDEM_ANSWER_SUCCEEDED &&
+                            a != IDEM_ANSWER_ALREADY_APPLIED);
+  }
+  if (mcp_buf_puts(&b, "}\n")) gw_oom();
+  gw_to_client(w, b.p, b.len);
+  mcp_buf_free(&b);
+  json_decref(e);
+}
+
+/* What the step says next, after a job came back. */
+static void advance(gw *w, gcall *c) {
+  c->timer = T_NONE;
+  switch (idem_step_next(c->s)) {
+  case IDEM_NEXT_EXECUTE: {
+    long long d = idem_step_delay_ms(c->s);
+    if (d > 0) {
+      c->timer = T_DELAY;
+      c->due = gw_mono_ms() + d;
+    } else {
+      send_exec(w, c);
+    }
+    break;
+  }
+  case IDEM_NEXT_CHECK: send_check(w, c); break;
+  case IDEM_NEXT_WAIT:
+    c->timer = T_WAIT;
+    c->due = gw_mono_ms() + idem_step_delay_ms(c->s);
+    break;
+  case IDEM_NEXT_ANSWER:
+    c->deliver = !c->cancelled && !w->cout_dead;
+    if (c->deliver) answer(w, c);
+    gw_submit(w, c, J_DELIVER);
+    break;
+  default:
+    gw_client_error(w, c->cid, c->cidlen, -32603,
+                    "idem: the guard is confused");
+    gw_submit(w, c, J_DELIVER);
+  }
+}
+
+void gw_job_done(gw *w, gcall *c) {
+  if (c->job == J_DELIVER || c->job == J_LATE) {
+    if (c->job == J_LATE && c->rc)
+      cli_err("recording a late result of %s/%s: %s", c->session, c->call_id,
+              c->errmsg);
+    if (c->job == J_DELIVER) gw_live_remove(w, c);
+    gw_gcall_free(c);
+    return;
+  }
+  if (c->rc) {
+    /* the log failed: no downstream call, and the client is told */
+    if (!c->cancelled)
+      gw_client_error(w, c->cid, c->cidlen, -32603, "idem: %s%s", c->errmsg,
+                      c->job == J_BEGIN ? "; the tool was not called" : "");
+    cli_err("%s (session %s, call %s)", c->errmsg, c->session, c->call_id);
+    gw_live_remove(w, c);
+    gw_gcall_free(c);
+    return;
+  }
+  advance(w, c);
+}
+
+/* The raw text of member name of params (its span in line), or NULL. */
+static const char *params_member(const char *line, size_t len, const char *name,
+                                 size_t *n) {
+  size_t ps, pe, vs, ve;
+  if (mcp_member(line, len, "params", &ps, &pe) != 1) return NULL;
+  if (mcp_member(line + ps, pe - ps, name, &vs, &ve) != 1) return NULL;
+  *n = ve - vs;
+  return line + ps + vs;
+}
+
+void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
+  const char *tool = json_string_value(json_object_get(m->params, "name"));
+  json_t *meta = json_object_get(m->params, "_meta");
+  const char *args;
+  size_t alen = 0;
+  int cls;
+  gcall *c;
+  if (!tool) {
+    gw_forward_request(w, line, len, m); /* the server says what is wrong */
+    return;
+  }
+  cls = gw_tool_class(w, tool);
+  if (cls == IDEM_CLASS_READ_ONLY || cls == IDEM_CLASS_IDEMPOTENT) {
+    gw_forward_request(w, line, len, m);
+    return;
+  }
+  if (!(c = calloc(1, sizeof *c))) gw_oom();
+  c->gw = w;
+  c->g = cls == IDEM_CLASS_REFUSED ? w->g_user : w->g_guarded;
+  c->cidlen = m->id_e - m->id_s;
+  c->cid = gw_dupn(line + m->id_s, c->cidlen);
+  c->cidv = json_incref(m->id);
+  c->session = gw_meta_string(meta, "io.idem/session");
+  if (!c->session) c->session = gw_dupn(w->session, strlen(w->session));
+  c->call_id = gw_meta_string(meta, "io.idem/call_id");
+  if (!c->call_id) {
+    if (json_is_string(m->id))
+      c->call_id = gw_meta_string(m->root, "id");
+    else
+      c->call_id = gw_dupn(c->cid, c->cidlen);
+  }
+  if (!c->call_id) c->call_id = gw_dupn("\"\"", 2); /* an empty string id */
+  c->tool = gw_dupn(tool, strlen(tool));
+  args = params_member(line, len, "arguments", &alen);
+  if (args) {
+    c->args = gw_dupn(args, alen);
+    c->args_len = alen;
+  } else if (json_object_get(m->params, "arguments")) {
+    /* spelt with escapes the scanner does not unescape: jansson's text */
+    c->args = json_dumps(json_object_get(m->params, "arguments"),
+                         JSON_COMPACT | JSON_ENCODE_ANY);
+    c->args_len = c->args ? strlen(c->args) : 0;
+  } else {
+    c->args = gw_dupn("{}", 2);
+    c->args_len = 2;
+  }
+  c->meta = json_is_object(meta) ? json_deep_copy(meta) : json_object();
+  if (!c->cid || !c->session || !c->call_id || !c->tool || !c->args || !c->meta)
+    gw_oom();
+  /* the gateway's own members are not the server's business */
+  json_object_del(c->meta, "io.idem/session");
+  json_object_del(c->meta, "io.idem/call_id");
+  json_object_del(c->meta, "io.idem/key");
+  gw_live_add(w, c);
+  gw_submit(w, c, J_BEGIN);
+}
+
+/* A late result's record-keeper: a gcall without a step. */
+static gcall *late_for(gw *w, gcall *c) {
+  gcall *l = calloc(1, sizeof *l);
+  if (!l) gw_oom();
+  l->gw = w;
+  l->g = c->g;
+  l->session = gw_dupn(c->session, strlen(c->session));
+  l->call_id = gw_dupn(c->call_id, strlen(c->call_id));
+  l->token = c->token;
+  if (!l->session || !l->call_id) gw_oom();
+  return l;
+}
+
+/* What the server's answer to an execute says happened: the outcome, made
+** the input of c's next job (finish, or a late result's record).  *text is
+** the raw "result" (or "error", *is_error) member of the answer. */
+int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
+                   const char **text, size_t *tlen, int *is_error) {
+  size_t vs, ve;
+  json_t *result = json_object_get(m->root, "result");
+  char err[400];
+  int outcome;
+  *text = NULL;
+  *tlen = 0;
+  *is_error = 0;
+  err[0] = '\0';
+  if (result) {
+    if (mcp_member(line, len, "result", &vs, &ve) == 1) {
+      *text = line + vs;
+      *tlen = ve - vs;
+    }
+    outcome = IDEM_OUTCOME_APPLIED;
+    if (json_is_true(json_object_get(result, "isError"))) {
+      snprintf(err, sizeof err, "the tool answered isError");
+      outcome = IDEM_OUTCOME_REJECTED;
+    }
+  } else {
+    json_t *e = json_object_get(m->root, "error");
+    double code = json_number_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    snprintf(err, sizeof err, "the server answered error %.0f: %s", code,
+             msg ? msg : "");
+    if (mcp_member(line, len, "error", &vs, &ve) == 1) {
+      *text = line + vs;
+      *tlen = ve - vs;
+      *is_error = 1;
+    }
+    /* protocol errors: the request was not processed */
+    outcome =
+        code == -32700 || code == -32600 || code == -32601 || code == -32602
+            ? IDEM_OUTCOME_REJECTED
+            : IDEM_OUTCOME_UNKNOWN;
+  }
+  gw_set_input(c, outcome, *is_error ? NULL : *text, *tlen,
+               err[0] ? err : NULL);
+  return outcome;
+}
+
+void gw_on_exec_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
+                       size_t len) {
+  const char *text;
+  size_t tlen;
+  int is_error,
+      outcome = gw_take_answer(c, m, line, len, &text, &tlen, &is_error);
+  c->gid = 0;
+  c->timer = T_NONE;
+  free(c->fresh_text);
+  c->fresh_text = NULL;
+  c->fresh = 0;
+  if (text && outcome != IDEM_OUTCOME_UNKNOWN) {
+    if (!(c->fresh_text = gw_dupn(text, tlen))) gw_oom();
+    c->fresh_len = tlen;
+    c->fresh = outcome;
+    c->fresh_is_error = is_error;
+  }
+  gw_submit(w, c, J_FINISH);
+}
+
+static int step_verdict(void *ctx, const char *text, size_t len) {
+  return idem_step_check_verdict(ctx, text, len);
+}
+
+void gw_on_check_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
+                        size_t len) {
+  json_t *result = json_object_get(m->root, "result");
+  size_t vs, ve;
+  int outcome = IDEM_OUTCOME_UNKNOWN;
+  c->gid = 0;
+  c->timer = T_NONE;
+  if (json_is_object(result) &&
+      !json_is_true(json_object_get(result, "isError")) &&
+      mcp_member(line, len, "result", &vs, &ve) == 1) {
+    outcome = mcp_verdict(result, line + vs, ve - vs, step_verdict, c->s);
+    gw_set_input(c, outcome, outcome == IDEM_OUTCOME_APPLIED ? line + vs : NULL,
+                 ve - vs, NULL);
+  } else {
+    gw_set_input(c, outcome, NULL, 0, NULL);
+  }
+  gw_submit(w, c, J_RESOLVE);
+}
+
+void gw_fire(gw *w, gcall *c) {
+  int t = c->timer;
+  c->timer = T_NONE;
+  if (t == T_DELAY) {
+    send_exec(w, c);
+  } else if (t == T_WAIT) {
+    gw_submit(w, c, J_POLL);
+  } else if (t == T_DEADLINE) {
+    pend *p = gw_pend_find(w, c->gid);
+    char why[96];
+    long long ms = idem_step_deadline_ms(c->s);
+    snprintf(why, sizeof why, "no answer within %lld ms", ms);
+    if (!gw_server_gone(w)) send_cancel(w, c->gid, "idem: the deadline passed");
+    c->gid = 0;
+    if (p && p->kind == P_EXEC) {
+      /* the answer may still come: record it then */
+      p->kind = P_LATE;
+      p->c = late_for(w, c);
+      gw_set_input(c, IDEM_OUTCOME_UNKNOWN, NULL, 0, why);
+      gw_submit(w, c, J_FINISH);
+    } else {
+      if (p) p->kind = P_DROP;
+      gw_set_input(c, IDEM_OUTCOME_UNKNOWN, NULL, 0, NULL);
+      gw_submit(w, c, J_RESOLVE);
+    }
+  }
+}

@@ -1,0 +1,159 @@
+/*
+** mcp_gw.h - what the two halves of `idem mcp` share: cmd_mcp.c (the
+** loop, the two peers, ids and the child process) and mcp_call.c (guarded
+** calls: their steps through the guard, the worker threads, the answers).
+** See cmd_mcp.c for the design.
+*/
+#ifndef IDEM_MCP_GW_H
+#define IDEM_MCP_GW_H
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "cli.h"
+#include "idemInt.h"
+#include "mcp.h"
+
+#define DEFAULT_MAX_MESSAGE ((size_t)4 << 20)
+#define WORKERS 4
+#define BUCKETS 1024
+#define QUEUE_HIGH ((size_t)16 << 20) /* stop reading the other side */
+#define GRACE_MS 2000 /* after the client's EOF, before SIGTERM, SIGKILL */
+
+enum { P_FWD = 1, P_EXEC, P_CHECK, P_LATE, P_DROP };
+enum { T_NONE = 0, T_DELAY, T_WAIT, T_DEADLINE };
+enum { J_BEGIN = 1, J_FINISH, J_RESOLVE, J_POLL, J_DELIVER, J_LATE, J_CMD };
+
+typedef struct gw gw;
+typedef struct gcall gcall;
+
+/* A request the gateway sent to the server, by the id it gave it. */
+typedef struct pend {
+  long long gid;
+  int kind;       /* P_*                                      */
+  char *cid;      /* P_FWD: the client's id, raw JSON text    */
+  size_t cidlen;  /*                                          */
+  json_t *cidv;   /* P_FWD: the client's id, parsed           */
+  int tools_list; /* P_FWD: a tools/list, whose result we learn */
+  gcall *c;       /* P_EXEC, P_CHECK: the call; P_LATE: the late */
+  struct pend *next;
+} pend;
+
+/* One guarded call (or, with s == NULL, one late result to record). */
+struct gcall {
+  gw *gw;
+  idem_guard *g;
+  char *cid;
+  size_t cidlen;
+  json_t *cidv;
+  char *session, *call_id, *tool;
+  char *args;
+  size_t args_len;
+  json_t *meta; /* the client's _meta, sent on downstream */
+  idem_step *s;
+  /* the worker's job: its inputs, its status and message */
+  int job, rc, deliver;
+  int outcome;
+  char *result, *error;
+  size_t result_len;
+  char errmsg[512];
+  long long token; /* the lease token of the execute in flight */
+  /* the server's own answer to this call's last execute */
+  int fresh;          /* IDEM_OUTCOME_APPLIED / _REJECTED, or 0 */
+  int fresh_is_error; /* fresh_text is a JSON-RPC error object */
+  char *fresh_text;   /* its "result" or "error" member, raw */
+  size_t fresh_len;
+  long long gid; /* the server request in flight, or 0 */
+  int timer;
+  long long due;
+  int cancelled; /* the client cancelled it: no answer */
+  gcall *prev, *next, *qnext;
+};
+
+struct gw {
+  idem_policy *policy;  /* the user's                                */
+  idem_policy *gpolicy; /* the same with unknown_tools "guard"       */
+  idem_guard *g_user, *g_guarded;
+  const char *session;
+  size_t max_message;
+  json_t *learned; /* tool name -> class, from tools/list        */
+  pid_t child;
+  int to_srv, from_srv;
+  int child_done, child_status, we_killed;
+  long long grace_at;
+  int grace_stage;
+  mcp_lines cin, sin;
+  mcp_buf cout, sout;
+  int cin_eof, sin_eof, cout_dead, sout_closed;
+  pend *buckets[BUCKETS];
+  long long next_gid;
+  gcall *live;
+  int nlive;
+  /* workers */
+  pthread_t th[WORKERS];
+  int nth;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  gcall *qhead, *qtail, *done;
+  int stop;
+  int wake[2], sig[2];
+};
+
+/* ---- cmd_mcp.c: the loop's services -------------------------------------- */
+
+/* Milliseconds of the monotonic clock. */
+long long gw_mono_ms(void);
+/* A copy of n bytes, NUL-terminated; NULL when memory ran out. */
+char *gw_dupn(const char *p, size_t n);
+/* Out of memory in the gateway: say so and exit (the child follows). */
+void gw_oom(void);
+/* Queue one whole message (or its pieces, in order) to a peer. */
+void gw_to_client(gw *w, const char *p, size_t n);
+void gw_to_server(gw *w, const char *p, size_t n);
+/* Queue a JSON-RPC error response to the client (id is raw JSON text). */
+void gw_client_error(gw *w, const char *id, size_t idlen, int code,
+                     const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+/* A request to the server under a new id of the gateway's; by its id. */
+pend *gw_pend_add(gw *w, int kind);
+pend *gw_pend_find(gw *w, long long gid);
+/* The server's stdout or stdin is closed: nothing more can be sent. */
+int gw_server_gone(gw *w);
+/* Forward a client request to the server under a new id. */
+void gw_forward_request(gw *w, const char *line, size_t len, const mcp_msg *m);
+/* A tool's class: the policy's, else its annotations', else unknown_tools. */
+int gw_tool_class(gw *w, const char *tool);
+/* A non-empty string member of a _meta object, copied; or NULL. */
+char *gw_meta_string(const json_t *meta, const char *name);
+
+/* ---- mcp_call.c: guarded calls --------------------------------------------- */
+
+/* The worker threads' body, and handing a call's next job to them. */
+void *gw_worker(void *arg);
+void gw_submit(gw *w, gcall *c, int job);
+/* Set the input of a call's next job: an outcome, a result, an error. */
+void gw_set_input(gcall *c, int outcome, const char *result, size_t len,
+                  const char *error);
+/* A job came back from a worker: take the call's next step. */
+void gw_job_done(gw *w, gcall *c);
+/* A tools/call of a guarded (or refused) tool from the client. */
+void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m);
+/* The server answered an execute (on time, or late: gw_take_answer). */
+void gw_on_exec_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
+                       size_t len);
+int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
+                   const char **text, size_t *tlen, int *is_error);
+/* The server answered a status check. */
+void gw_on_check_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
+                        size_t len);
+/* A call's timer is due: send the delayed execute, poll, or give up. */
+void gw_fire(gw *w, gcall *c);
+/* The calls in flight (w->live), and freeing one. */
+void gw_live_add(gw *w, gcall *c);
+void gw_live_remove(gw *w, gcall *c);
+void gw_gcall_free(gcall *c);
+
+#endif /* IDEM_MCP_GW_H */
