@@ -7,6 +7,8 @@
 set -eu
 
 PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev python3 clang libclang-rt-dev"
+# the PostgreSQL store: libpq to build, a server for its tests (tests/pg)
+PKGS="$PKGS libpq-dev postgresql"
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 
