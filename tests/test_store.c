@@ -1448,11 +1448,16 @@ static void test_get_speed(void) {
 
 /* ---- PostgreSQL only ------------------------------------------------------- */
 
+static void pg_quiet(void *arg, const char *message) {
+  (void)arg, (void)message;
+}
+
 /* Run SQL on the test server directly (not through the store). */
 static int pg_sql(const char *sql) {
   PGconn *db = PQconnectdb(g_log);
   PGresult *r;
   int ok;
+  PQsetNoticeProcessor(db, pg_quiet, NULL);
   if (PQstatus(db) != CONNECTION_OK) {
     fprintf(stderr, "  psql: %s", PQerrorMessage(db));
     PQfinish(db);

@@ -9,7 +9,9 @@
 ** PGPASSWORD, PGPASSFILE (~/.pgpass), PGSSLMODE and the other PG*
 ** variables, sslmode=verify-full&sslrootcert=... in the query string, a
 ** service file.  idem adds only defaults that the string overrides:
-** connect_timeout=10 and fallback_application_name=idem.  The URL is
+** connect_timeout=10 (enforced here: connections are made with
+** PQconnectStartParams, so that libpq prints nothing) and
+** fallback_application_name=idem.  The URL is
 ** never printed as given: a message shows it with any user:password@
 ** replaced by ***@ (idem__store_shown_url), and any text from libpq has
 ** the password, where the string holds one, replaced by *** as well.
@@ -111,6 +113,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -131,6 +134,7 @@
 #define RETRY_MS 30000   /* how long a lost connection is retried       */
 #define MAX_RACES 100    /* begins re-run after losing a primary-key race */
 #define MSG_MAX 512
+#define CONNECT_MS 10000 /* connect_timeout, unless the URL sets one */
 #define NPARAMS 23
 
 /* ---- schema ---------------------------------------------------------------- */
@@ -334,6 +338,7 @@ typedef struct pg_store {
   char *conninfo; /* as given: passed to libpq, never printed      */
   char *shown;    /* for messages: without user:password@          */
   char *password; /* the string's own password, scrubbed from text */
+  long long connect_ms; /* connect_timeout, or CONNECT_MS        */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   conn *free_conns;
@@ -669,7 +674,7 @@ static int conn_prepare(pg_store *s, conn *c) {
 
 /* Notices (and the FATAL a server sends to an idle connection it ends)
 ** are libpq's to print on stderr by default; a library keeps quiet. */
-static void quiet(void *arg, const char *message) { (void)arg, (void)message; }
+static void quiet(void *arg, const PGresult *res) { (void)arg, (void)res; }
 
 /* Run one fixed statement outside a pipeline (schema and settings). */
 static int exec_fixed(pg_store *s, conn *c, const char *sql, const char *what,
@@ -689,13 +694,31 @@ static int exec_fixed(pg_store *s, conn *c, const char *sql, const char *what,
   return IDEM_OK;
 }
 
+/* Drive a started connection to OK or BAD within ms (libpq's
+** connect_timeout holds only for its blocking connect). */
+static void connect_wait(PGconn *db, long long ms) {
+  PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+  long long deadline = mono_ms() + ms, left;
+  struct pollfd p;
+  while (PQstatus(db) != CONNECTION_BAD && st != PGRES_POLLING_OK &&
+         st != PGRES_POLLING_FAILED) {
+    p.fd = PQsocket(db);
+    p.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+    p.revents = 0;
+    if ((left = deadline - mono_ms()) <= 0) return; /* still not OK */
+    if (poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 &&
+        errno != EINTR)
+      return;
+    st = PQconnectPoll(db);
+  }
+}
+
 /* A new connection, its statements prepared when `prepare` (not before
 ** the schema exists). */
 static int conn_open(pg_store *s, conn **out, int *retry, int prepare) {
-  static const char *const keys[] = {"connect_timeout",
-                                     "fallback_application_name", "dbname",
+  static const char *const keys[] = {"fallback_application_name", "dbname",
                                      NULL};
-  const char *vals[4];
+  const char *vals[3];
   conn *c;
   int rc;
   *out = NULL;
@@ -703,16 +726,18 @@ static int conn_open(pg_store *s, conn **out, int *retry, int prepare) {
   if (!(c = idem__malloc(sizeof *c)))
     return msg_set(s, IDEM_NOMEM, "%s: out of memory", s->shown);
   memset(c, 0, sizeof *c);
-  vals[0] = "10";
-  vals[1] = "idem";
-  vals[2] = s->conninfo;
-  vals[3] = NULL;
-  c->db = PQconnectdbParams(keys, vals, 1);
+  vals[0] = "idem";
+  vals[1] = s->conninfo;
+  vals[2] = NULL;
+  /* PQconnectStartParams, so that no notice of the startup (a server
+  ** ending the session at once) reaches libpq's default printer */
+  c->db = PQconnectStartParams(keys, vals, 1);
   if (!c->db) {
     idem__free(c);
     return msg_set(s, IDEM_NOMEM, "%s: out of memory", s->shown);
   }
-  PQsetNoticeProcessor(c->db, quiet, NULL);
+  PQsetNoticeReceiver(c->db, quiet, NULL);
+  connect_wait(c->db, s->connect_ms);
   if (PQstatus(c->db) != CONNECTION_OK) {
     char text[MSG_MAX];
     pq_text(c->db, NULL, text, sizeof text);
@@ -986,9 +1011,15 @@ int idem__pg_open(const char *url, idem__store **out) {
   s->pid = getpid();
   s->nonce_base = random_base();
   atomic_init(&s->nonce_next, 0);
-  for (o = opts; o->keyword; o++)
+  s->connect_ms = CONNECT_MS;
+  for (o = opts; o->keyword; o++) {
     if (strcmp(o->keyword, "password") == 0 && o->val && *o->val)
       s->password = idem__strdup(o->val);
+    if (strcmp(o->keyword, "connect_timeout") == 0 && o->val && *o->val) {
+      long long t = strtoll(o->val, NULL, 10);
+      s->connect_ms = t <= 0 ? LLONG_MAX / 4 : t < 2 ? 2000 : t * 1000;
+    }
+  }
   PQconninfoFree(opts);
   s->conninfo = idem__strdup(url);
   s->shown = idem__strdup(shown);
