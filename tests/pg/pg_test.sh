@@ -101,7 +101,7 @@ LEDGER=$T/restart.ledger
 : > "$LEDGER"
 N=24
 for i in $(seq 1 $N); do
-  ( ARGS="{\"order_id\":\"r$i\"}" REFUND_MODE=stall STALL=0.$((RANDOM % 5)) \
+  ( ARGS="{\"order_id\":\"r$i\"}" REFUND_MODE=stall STALL=0.$((2 + RANDOM % 7)) \
       call restart "c$i" --timeout 10000 > "$T/r$i.out" 2>&1
     echo $? > "$T/r$i.code" ) &
   [ $((i % 6)) = 0 ] && sleep 0.2
