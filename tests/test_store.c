@@ -13,6 +13,13 @@
 **   - errors: damaged and foreign files, a newer schema, a locked log, an
 **     unwritable place, failing syncs and writes (the "idem-fault" VFS), the
 **     file mode, fork misuse, URLs.
+**
+** test_store --log URL [DIR] runs the same conformance suite, threads,
+** processes, kill -9 and fork checks on the log URL names (PostgreSQL:
+** tests/pg/with_server.sh starts a throwaway server for it), then what
+** only a server has: its schema versions, connections cut mid-call
+** (pg_terminate_backend) with every call still applied once, and a user
+** allowed fewer connections than threads.
 */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
@@ -903,10 +910,13 @@ static void test_threads(void) {
   batches = idem__sqlite_count(st, IDEM__SQLITE_COUNT_BATCHES) - batches;
   requests = idem__sqlite_count(st, IDEM__SQLITE_COUNT_REQUESTS) - requests;
   syncs = idem__sqlite_count(st, IDEM__SQLITE_COUNT_SYNCS) - syncs0;
-  printf("  %d threads x %d begins: %.0f ms, %lld batches, %lld syncs "
-         "(%.1f begins per batch)\n",
-         T, N, (t1 - t0) / 1000, batches, syncs,
-         batches ? (double)requests / (double)batches : 0.0);
+  if (g_log)
+    printf("  %d threads x %d begins: %.0f ms\n", T, N, (t1 - t0) / 1000);
+  else
+    printf("  %d threads x %d begins: %.0f ms, %lld batches, %lld syncs "
+           "(%.1f begins per batch)\n",
+           T, N, (t1 - t0) / 1000, batches, syncs,
+           batches ? (double)requests / (double)batches : 0.0);
   CHECK_INT(inserted, T * N);
   CHECK_INT(errors, 0);
   if (!g_log) {
@@ -1655,6 +1665,60 @@ static void test_pg_lost(void) {
   st->vt->close(st);
 }
 
+/* A server that allows this user 3 connections: 16 threads share them
+** (the pool stops opening more at "too many clients"). */
+typedef struct few_arg {
+  idem__store *st;
+  int id, errors;
+} few_arg;
+
+static void *few_main(void *arg) {
+  few_arg *a = arg;
+  char call[32];
+  trec t;
+  int i, what;
+  for (i = 0; i < 20; i++) {
+    snprintf(call, sizeof call, "f%d-%d", a->id, i);
+    rec_init(&t, "few", call, NULL, 1700000000000LL + i);
+    what = 0;
+    if (a->st->vt->begin(a->st, &t.r, 0, &what, NULL) != IDEM_OK ||
+        what != IDEM__BEGIN_INSERTED) {
+      fprintf(stderr, "  few: %s\n", a->st->vt->errmsg(a->st));
+      a->errors++;
+    }
+  }
+  return NULL;
+}
+
+static void test_pg_few_connections(void) {
+  char url[900];
+  const char *at = strchr(g_log, '@'), *q;
+  pthread_t th[16];
+  few_arg a[16];
+  idem__store *st;
+  int i, errors = 0;
+  if (!at) return;
+  CHECK(pg_sql("CREATE ROLE few LOGIN PASSWORD 'fewpw' CONNECTION LIMIT 3;"
+               " CREATE SCHEMA few AUTHORIZATION few"));
+  q = strchr(at, '?');
+  snprintf(url, sizeof url, "postgres://few:fewpw%.*s%soptions=-csearch_path"
+           "%%3Dfew", q ? (int)(q - at) : (int)strlen(at), at, "?");
+  if (!(st = open_ok(url))) return;
+  for (i = 0; i < 16; i++) {
+    a[i].st = st;
+    a[i].id = i;
+    a[i].errors = 0;
+    pthread_create(&th[i], NULL, few_main, &a[i]);
+  }
+  for (i = 0; i < 16; i++) {
+    pthread_join(th[i], NULL);
+    errors += a[i].errors;
+  }
+  CHECK_INT(errors, 0);
+  CHECK_INT(count_session(st, "few"), 16 * 20);
+  st->vt->close(st);
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 static int rm_one(const char *p, const struct stat *sb, int flag,
@@ -1694,6 +1758,7 @@ int main(int argc, char **argv) {
     test_kill9();
     test_pg_schema();
     test_pg_lost();
+    test_pg_few_connections();
     if (check_failed == 0) nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return check_done();
   }

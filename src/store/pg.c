@@ -10,8 +10,10 @@
 ** variables, sslmode=verify-full&sslrootcert=... in the query string, a
 ** service file.  idem adds only defaults that the string overrides:
 ** connect_timeout=10 (enforced here: connections are made with
-** PQconnectStartParams, so that libpq prints nothing) and
-** fallback_application_name=idem.  The URL is
+** PQconnectStartParams, so that libpq prints nothing),
+** fallback_application_name=idem, and TCP keepalives after 30 s idle
+** (keepalives_idle=30, _interval=10, _count=3: a server gone silent is
+** noticed in about a minute).  The URL is
 ** never printed as given: a message shows it with any user:password@
 ** replaced by ***@ (idem__store_shown_url), and any text from libpq has
 ** the password, where the string holds one, replaced by *** as well.
@@ -343,6 +345,7 @@ typedef struct pg_store {
   pthread_cond_t cv;
   conn *free_conns;
   int nconns;
+  int max_conns; /* MAX_CONNS, less once the server said "too many" */
   int locks_ready;
   unsigned long long nonce_base;
   atomic_ullong nonce_next;
@@ -716,9 +719,10 @@ static void connect_wait(PGconn *db, long long ms) {
 /* A new connection, its statements prepared when `prepare` (not before
 ** the schema exists). */
 static int conn_open(pg_store *s, conn **out, int *retry, int prepare) {
-  static const char *const keys[] = {"fallback_application_name", "dbname",
-                                     NULL};
-  const char *vals[3];
+  static const char *const keys[] = {
+      "fallback_application_name", "keepalives_idle", "keepalives_interval",
+      "keepalives_count", "dbname", NULL};
+  const char *vals[6];
   conn *c;
   int rc;
   *out = NULL;
@@ -727,8 +731,11 @@ static int conn_open(pg_store *s, conn **out, int *retry, int prepare) {
     return msg_set(s, IDEM_NOMEM, "%s: out of memory", s->shown);
   memset(c, 0, sizeof *c);
   vals[0] = "idem";
-  vals[1] = s->conninfo;
-  vals[2] = NULL;
+  vals[1] = "30"; /* a server gone silent (not closed) is found out */
+  vals[2] = "10"; /* within about a minute, not TCP's two hours   */
+  vals[3] = "3";
+  vals[4] = s->conninfo;
+  vals[5] = NULL;
   /* PQconnectStartParams, so that no notice of the startup (a server
   ** ending the session at once) reaches libpq's default printer */
   c->db = PQconnectStartParams(keys, vals, 1);
@@ -785,7 +792,7 @@ static int conn_get(pg_store *s, conn **out, int *retry) {
   *out = NULL;
   *retry = 0;
   pthread_mutex_lock(&s->mu);
-  while (!s->free_conns && s->nconns >= MAX_CONNS)
+  while (!s->free_conns && s->nconns >= s->max_conns)
     pthread_cond_wait(&s->cv, &s->mu);
   if ((c = s->free_conns) != NULL) {
     s->free_conns = c->next;
@@ -802,6 +809,20 @@ static int conn_get(pg_store *s, conn **out, int *retry) {
   pthread_mutex_lock(&s->mu);
   s->nconns--;
   pthread_cond_signal(&s->cv);
+  if (rc == IDEM_BUSY && s->nconns > 0) {
+    /* the server has no connection slot for us: share the ones we have
+    ** (and open no more than that from now on) */
+    s->max_conns = s->nconns;
+    while (!s->free_conns && s->nconns > 0)
+      pthread_cond_wait(&s->cv, &s->mu);
+    if ((c = s->free_conns) != NULL) {
+      s->free_conns = c->next;
+      pthread_mutex_unlock(&s->mu);
+      msg_clear(s);
+      *out = c;
+      return IDEM_OK;
+    }
+  }
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -1010,6 +1031,7 @@ int idem__pg_open(const char *url, idem__store **out) {
   s->magic = PG_MAGIC;
   s->pid = getpid();
   s->nonce_base = random_base();
+  s->max_conns = MAX_CONNS;
   atomic_init(&s->nonce_next, 0);
   s->connect_ms = CONNECT_MS;
   for (o = opts; o->keyword; o++) {
