@@ -318,6 +318,11 @@ int idem__store_open(const char *url, idem__store **out);
 int idem__sqlite_open(const char *path, idem__store **out);
 /* store/pg.c: url is any libpq connection string. */
 int idem__pg_open(const char *url, idem__store **out);
+/* The NOT NULL field that rec lacks ("the record" when rec is NULL), or
+** NULL when it has them all. */
+const char *idem__record_missing(const idem_record *rec);
+/* Are ch's state and resolution ones a change may set? */
+int idem__change_in_range(const idem__change *ch);
 /* url as messages show it: a password in it replaced by *** (into buf). */
 void idem__store_shown_url(const char *url, char *buf, size_t size);
 

@@ -127,6 +127,7 @@
 
 #include <libpq-fe.h>
 
+#include "cols.h"
 #include "idemInt.h"
 
 #define PG_MAGIC 0x1de3b90fu
@@ -178,35 +179,6 @@ static const char *const migrations[] = {
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
 
-#define COLS                                                                   \
-  "session, call_id, tool, fingerprint, key, args, fence_key, cls, state, "    \
-  "attempts, owner, lease_until, token, result, error, created, updated, "     \
-  "expires, resolution, delivered, duplicate_of"
-
-enum {
-  C_SESSION,
-  C_CALL_ID,
-  C_TOOL,
-  C_FINGERPRINT,
-  C_KEY,
-  C_ARGS,
-  C_FENCE_KEY,
-  C_CLS,
-  C_STATE,
-  C_ATTEMPTS,
-  C_OWNER,
-  C_LEASE_UNTIL,
-  C_TOKEN,
-  C_RESULT,
-  C_ERROR,
-  C_CREATED,
-  C_UPDATED,
-  C_EXPIRES,
-  C_RESOLUTION,
-  C_DELIVERED,
-  C_DUPLICATE_OF,
-  N_COLS
-};
 
 /* The server's clock in ms since the epoch. */
 #define NOW_MS "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -1179,14 +1151,7 @@ static int begin_fn(pg_store *s, conn *c, void *arg, int *again) {
 }
 
 static int check_record(pg_store *s, const idem_record *rec) {
-  const char *missing = !rec                ? "the record"
-                        : !rec->session     ? "session"
-                        : !rec->call_id     ? "call_id"
-                        : !rec->tool        ? "tool"
-                        : !rec->fingerprint ? "fingerprint"
-                        : !rec->key         ? "key"
-                        : !rec->args        ? "args"
-                                            : NULL;
+  const char *missing = idem__record_missing(rec);
   if (missing)
     return msg_set(s, IDEM_INVALID, "%s: a record without %s", s->shown,
                    missing);
@@ -1370,8 +1335,7 @@ static int check_change(pg_store *s, const idem__change *ch) {
   if (!ch || !ch->session || !ch->call_id)
     return msg_set(s, IDEM_INVALID, "%s: a change without its action",
                    s->shown);
-  if (ch->state < 0 || ch->state > IDEM_STATE_DEDUPLICATED ||
-      ch->resolution < 0 || ch->resolution > IDEM_RESOLVED_REPLAYED)
+  if (!idem__change_in_range(ch))
     return msg_set(s, IDEM_INVALID, "%s: a change to state %d, resolution %d",
                    s->shown, ch->state, ch->resolution);
   return IDEM_OK;

@@ -105,6 +105,24 @@ int idem__store_fail(idem__store **out, int rc, const char *fmt, ...) {
   return rc;
 }
 
+/* ---- checks both stores make ----------------------------------------------- */
+
+const char *idem__record_missing(const idem_record *rec) {
+  return !rec                ? "the record"
+         : !rec->session     ? "session"
+         : !rec->call_id     ? "call_id"
+         : !rec->tool        ? "tool"
+         : !rec->fingerprint ? "fingerprint"
+         : !rec->key         ? "key"
+         : !rec->args        ? "args"
+                             : NULL;
+}
+
+int idem__change_in_range(const idem__change *ch) {
+  return ch->state >= 0 && ch->state <= IDEM_STATE_DEDUPLICATED &&
+         ch->resolution >= 0 && ch->resolution <= IDEM_RESOLVED_REPLAYED;
+}
+
 /* ---- choosing a backend --------------------------------------------------- */
 
 /* Length of url's scheme (before ':'), 0 when it has none. */
