@@ -781,8 +781,8 @@ static void test_urls(void) {
   ** without the password (in the authority or the query string) */
   expect_open_fail("postgres://u:secret@127.0.0.1:1/idem", IDEM_STORE,
                    "postgres://***@127.0.0.1:1/idem: cannot connect");
-  expect_open_fail("postgresql://127.0.0.1:1/idem?password=hunter2",
-                   IDEM_STORE, "cannot connect");
+  expect_open_fail("postgresql://127.0.0.1:1/idem?password=hunter2", IDEM_STORE,
+                   "cannot connect");
   expect_open_fail("postgres://[::1/idem", IDEM_INVALID,
                    "not a PostgreSQL connection string");
   expect_open_fail("mysql://db/idem", IDEM_INVALID, "mysql://db/idem");
@@ -1635,8 +1635,8 @@ static void test_pg_lost(void) {
   }
   cut.stop = 1;
   pthread_join(ct, NULL);
-  printf("  lost connections: %d cuts during %d begins and changes\n",
-         cut.cuts, W * N);
+  printf("  lost connections: %d cuts during %d begins and changes\n", cut.cuts,
+         W * N);
   CHECK(cut.cuts > 0);
   CHECK_INT(errors, 0);
   CHECK_INT(twice, 0);
@@ -1701,8 +1701,10 @@ static void test_pg_few_connections(void) {
   CHECK(pg_sql("CREATE ROLE few LOGIN PASSWORD 'fewpw' CONNECTION LIMIT 3;"
                " CREATE SCHEMA few AUTHORIZATION few"));
   q = strchr(at, '?');
-  snprintf(url, sizeof url, "postgres://few:fewpw%.*s%soptions=-csearch_path"
-           "%%3Dfew", q ? (int)(q - at) : (int)strlen(at), at, "?");
+  snprintf(url, sizeof url,
+           "postgres://few:fewpw%.*s%soptions=-csearch_path"
+           "%%3Dfew",
+           q ? (int)(q - at) : (int)strlen(at), at, "?");
   if (!(st = open_ok(url))) return;
   for (i = 0; i < 16; i++) {
     a[i].st = st;

@@ -133,9 +133,9 @@
 #define PG_MAGIC 0x1de3b90fu
 #define APP_LOCK 0x6964656d /* "idem" */
 #define MAX_CONNS 64
-#define PIPE_MAX 64      /* changes in one change_many transaction     */
-#define RETRY_MS 30000   /* how long a lost connection is retried       */
-#define MAX_RACES 100    /* begins re-run after losing a primary-key race */
+#define PIPE_MAX 64    /* changes in one change_many transaction     */
+#define RETRY_MS 30000 /* how long a lost connection is retried       */
+#define MAX_RACES 100  /* begins re-run after losing a primary-key race */
 #define MSG_MAX 512
 #define CONNECT_MS 10000 /* connect_timeout, unless the URL sets one */
 #define NPARAMS 23
@@ -179,7 +179,6 @@ static const char *const migrations[] = {
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
 
-
 /* The server's clock in ms since the epoch. */
 #define NOW_MS "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
@@ -200,8 +199,9 @@ static const char *const migrations[] = {
 /* The found CTE: the action itself; what = INSERTED (1) when it carries
 ** this request's nonce (a retry of a begin that did commit), FOUND (2). */
 #define FOUND_CTE                                                              \
-  "found AS (SELECT CASE WHEN nonce = $23::bigint THEN 1 ELSE 2 END AS what, " \
-  COLS " FROM idem_attempts WHERE session = $1::text AND call_id = $2::text)"
+  "found AS (SELECT CASE WHEN nonce = $23::bigint THEN 1 ELSE 2 END AS "       \
+  "what, " COLS                                                                \
+  " FROM idem_attempts WHERE session = $1::text AND call_id = $2::text)"
 
 enum {
   S_BEGIN_TX,
@@ -309,9 +309,9 @@ typedef struct pg_store {
   idem__store base;
   unsigned magic;
   pid_t pid;
-  char *conninfo; /* as given: passed to libpq, never printed      */
-  char *shown;    /* for messages: without user:password@          */
-  char *password; /* the string's own password, scrubbed from text */
+  char *conninfo;       /* as given: passed to libpq, never printed      */
+  char *shown;          /* for messages: without user:password@          */
+  char *password;       /* the string's own password, scrubbed from text */
   long long connect_ms; /* connect_timeout, or CONNECT_MS        */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -417,8 +417,7 @@ static int msg_pq(pg_store *s, PGconn *db, const PGresult *res,
   if (code)
     return msg_set(s, fail_code(res), "%s: %s (SQLSTATE %s, while %s)",
                    s->shown, text, code, what);
-  return msg_set(s, fail_code(res), "%s: %s (while %s)", s->shown, text,
-                 what);
+  return msg_set(s, fail_code(res), "%s: %s (while %s)", s->shown, text, what);
 }
 
 static pg_store *check(idem__store *st) {
@@ -478,7 +477,8 @@ static int col_str(const PGresult *r, int row, int col, char **out) {
 }
 
 static long long col_ll(const PGresult *r, int row, int col) {
-  return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+  return PQgetisnull(r, row, col) ? 0
+                                  : strtoll(PQgetvalue(r, row, col), NULL, 10);
 }
 
 /* The record in row `row` of r, columns COLS from column `at`. */
@@ -580,9 +580,12 @@ static int pipeline(conn *c, const pq_req *q, int n, PGresult **res) {
   while (ok && !synced) {
     r = PQgetResult(c->db);
     if (!r) {
-      if (PQstatus(c->db) != CONNECTION_OK) ok = 0;
-      else if (i < n) i++;
-      else ok = 0; /* nothing more will come */
+      if (PQstatus(c->db) != CONNECTION_OK)
+        ok = 0;
+      else if (i < n)
+        i++;
+      else
+        ok = 0; /* nothing more will come */
       continue;
     }
     if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
@@ -607,8 +610,8 @@ static int pipeline(conn *c, const pq_req *q, int n, PGresult **res) {
   }
   if (PQtransactionStatus(c->db) == PQTRANS_INERROR ||
       PQtransactionStatus(c->db) == PQTRANS_INTRANS) {
-    PGresult *rb = PQexecPrepared(c->db, stmt_name[S_ROLLBACK], 0, NULL, NULL,
-                                  NULL, 0);
+    PGresult *rb =
+        PQexecPrepared(c->db, stmt_name[S_ROLLBACK], 0, NULL, NULL, NULL, 0);
     PQclear(rb);
   }
   return 0;
@@ -681,8 +684,7 @@ static void connect_wait(PGconn *db, long long ms) {
     p.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
     p.revents = 0;
     if ((left = deadline - mono_ms()) <= 0) return; /* still not OK */
-    if (poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 &&
-        errno != EINTR)
+    if (poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 && errno != EINTR)
       return;
     st = PQconnectPoll(db);
   }
@@ -693,7 +695,7 @@ static void connect_wait(PGconn *db, long long ms) {
 static int conn_open(pg_store *s, conn **out, int *retry, int prepare) {
   static const char *const keys[] = {
       "fallback_application_name", "keepalives_idle", "keepalives_interval",
-      "keepalives_count", "dbname", NULL};
+      "keepalives_count",          "dbname",          NULL};
   const char *vals[6];
   conn *c;
   int rc;
@@ -785,8 +787,7 @@ static int conn_get(pg_store *s, conn **out, int *retry) {
     /* the server has no connection slot for us: share the ones we have
     ** (and open no more than that from now on) */
     s->max_conns = s->nconns;
-    while (!s->free_conns && s->nconns > 0)
-      pthread_cond_wait(&s->cv, &s->mu);
+    while (!s->free_conns && s->nconns > 0) pthread_cond_wait(&s->cv, &s->mu);
     if ((c = s->free_conns) != NULL) {
       s->free_conns = c->next;
       pthread_mutex_unlock(&s->mu);
@@ -1032,8 +1033,7 @@ int idem__pg_open(const char *url, idem__store **out) {
   deadline = mono_ms() + RETRY_MS;
   for (;;) {
     rc = conn_open(s, &c, &retry, 0);
-    if (rc == IDEM_OK && (rc = setup(s, c)) == IDEM_OK)
-      rc = conn_prepare(s, c);
+    if (rc == IDEM_OK && (rc = setup(s, c)) == IDEM_OK) rc = conn_prepare(s, c);
     if (c) {
       retry = rc != IDEM_OK && PQstatus(c->db) != CONNECTION_OK ? 2 : 0;
     }
@@ -1069,8 +1069,7 @@ typedef struct now_req {
 
 static int now_fn(pg_store *s, conn *c, void *arg, int *again) {
   now_req *q = arg;
-  PGresult *r =
-      PQexecPrepared(c->db, stmt_name[S_NOW], 0, NULL, NULL, NULL, 0);
+  PGresult *r = PQexecPrepared(c->db, stmt_name[S_NOW], 0, NULL, NULL, NULL, 0);
   int rc = IDEM_OK;
   if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
     q->ms = col_ll(r, 0, 0);
@@ -1125,8 +1124,8 @@ static int begin_fn(pg_store *s, conn *c, void *arg, int *again) {
     for (i = 0; i < n; i++) {
       ExecStatusType t = res[i] ? PQresultStatus(res[i]) : PGRES_FATAL_ERROR;
       if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
-        rc = res_fail(s, c, res[i], q->insert ? "inserting a record"
-                                              : "beginning a record",
+        rc = res_fail(s, c, res[i],
+                      q->insert ? "inserting a record" : "beginning a record",
                       again);
         break;
       }
@@ -1140,8 +1139,10 @@ static int begin_fn(pg_store *s, conn *c, void *arg, int *again) {
       if (q->what != IDEM__BEGIN_INSERTED && !(q->out = row_record(r, 0, 1)))
         rc = msg_set(s, IDEM_NOMEM, "%s: out of memory", s->shown);
     } else if (rc == IDEM_OK && races >= MAX_RACES) {
-      rc = msg_set(s, IDEM_BUSY, "%s: (%.80s, %.80s) keeps changing under "
-                   "begin", s->shown, rec->session, rec->call_id);
+      rc = msg_set(s, IDEM_BUSY,
+                   "%s: (%.80s, %.80s) keeps changing under "
+                   "begin",
+                   s->shown, rec->session, rec->call_id);
     }
     for (i = 0; i < n; i++) PQclear(res[i]);
     if (rc != IDEM_OK || q->what) return rc;
@@ -1267,8 +1268,7 @@ static void change_params(params *p, const idem__change *ch,
 /* The change did not apply: why, with the record as it is now - or it did,
 ** on an earlier try (the row holds our nonce). */
 static int change_why(pg_store *s, conn *c, const idem__change *ch,
-                      unsigned long long nonce, idem_record **now,
-                      int *again) {
+                      unsigned long long nonce, idem_record **now, int *again) {
   get_req g;
   int rc;
   memset(&g, 0, sizeof g);
@@ -1634,7 +1634,8 @@ static int pg_gc(idem__store *st, long long now, size_t *n) {
 /* stats */
 static int stats_fn(pg_store *s, conn *c, void *arg, int *again) {
   long long *counts = arg;
-  PGresult *r = PQexecPrepared(c->db, stmt_name[S_STATS], 0, NULL, NULL, NULL, 0);
+  PGresult *r =
+      PQexecPrepared(c->db, stmt_name[S_STATS], 0, NULL, NULL, NULL, 0);
   int rc = IDEM_OK, i, state;
   memset(counts, 0, 8 * sizeof *counts);
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {

@@ -213,7 +213,6 @@ static const char *const migrations[] = {
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
 
-
 /* The states a change may not move a record out of (SPEC §5). */
 #define TERMINAL_SQL "(2, 3, 6)"
 /* The states gc may delete: terminal, and not_applied (nothing pending). */

@@ -110,6 +110,9 @@ for i in $(seq 1 $N); do
   [ "$i" = 12 ] && "$IDEM_PG_CTL" restart
 done
 wait
+# the restart did cut calls: some first attempts found no server
+first_failed=$(cat "$T"/r*.code | grep -vc '^0$')
+echo "restart: $first_failed of $N first attempts failed while the server was away"
 # every call: answered, or re-issued until it is; each refund applied once
 for i in $(seq 1 $N); do
   code=$(cat "$T/r$i.code")

@@ -34,8 +34,8 @@ static const char POLICY[] =
 
 static int g_ledger = -1;
 
-static int refund(void *ctx, const char *key, const char *args,
-                  size_t args_len, char **result, char **error) {
+static int refund(void *ctx, const char *key, const char *args, size_t args_len,
+                  char **result, char **error) {
   const char *o = strstr(args, "\"order_id\":\"");
   char line[64];
   int n;
@@ -161,14 +161,15 @@ int main(int argc, char **argv) {
     return 2;
   while (fgets(line, sizeof line, f)) {
     int o = -1;
-    if (sscanf(line, "o_%d", &o) == 1 && o >= 0 && o < actions) count[o]++;
-    else bad = 1;
+    if (sscanf(line, "o_%d", &o) == 1 && o >= 0 && o < actions)
+      count[o]++;
+    else
+      bad = 1;
   }
   fclose(f);
   for (i = 0; i < actions; i++)
     if (count[i] != 1) {
-      fprintf(stderr, "race_guard: order o_%d applied %d times\n", i,
-              count[i]);
+      fprintf(stderr, "race_guard: order o_%d applied %d times\n", i, count[i]);
       bad = 1;
     }
   printf("race_guard: %d processes x %d threads x %d actions (x2 call ids): "
