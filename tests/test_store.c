@@ -708,10 +708,74 @@ static void conf_gc_stats(const char *url) {
   st->vt->close(st);
 }
 
+/* change_many: each change as change would apply it, a bad one alone. */
+static void conf_change_many(const char *url) {
+  idem__store *st = open_ok(url);
+  idem__change ch[6];
+  idem_record *got = NULL;
+  int rcs[6], i;
+  trec a;
+  long long now;
+  if (!st) return;
+  now = store_now(st);
+  for (i = 0; i < 3; i++) {
+    char call[8];
+    snprintf(call, sizeof call, "m%d", i);
+    rec_init(&a, "cm", call, NULL, now);
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  }
+  ch[0] = change_init("cm", "m0", BIT(IDEM_STATE_PENDING));
+  ch[0].expect_token = 1;
+  ch[0].state = IDEM_STATE_SUCCEEDED;
+  ch[0].result = "{\"ok\":true}";
+  ch[1] = change_init("cm", "m1", BIT(IDEM_STATE_PENDING));
+  ch[1].expect_token = 7; /* stale */
+  ch[1].state = IDEM_STATE_SUCCEEDED;
+  ch[2] = change_init("cm", "absent", BIT(IDEM_STATE_PENDING));
+  ch[2].state = IDEM_STATE_FAILED;
+  ch[3] = change_init("cm", "m2", 0); /* a condition nothing meets */
+  ch[3].state = IDEM_STATE_FAILED;
+  ch[4] = change_init("cm", "m2", BIT(IDEM_STATE_PENDING));
+  ch[4].attempts_add = 1;
+  for (i = 0; i < 6; i++) rcs[i] = -99;
+  /* the first failure other than a lost compare-and-set is the answer */
+  CHECK_INT(st->vt->change_many(st, ch, 5, rcs), IDEM_NOTFOUND);
+  CHECK_INT(rcs[0], IDEM_OK);
+  CHECK_INT(rcs[1], IDEM_STALE);
+  CHECK_INT(rcs[2], IDEM_NOTFOUND);
+  CHECK_INT(rcs[3], IDEM_STALE);
+  CHECK_INT(rcs[4], IDEM_OK);
+  CHECK_INT(st->vt->get(st, "cm", "m0", &got), IDEM_OK);
+  if (got) {
+    CHECK_INT(got->state, IDEM_STATE_SUCCEEDED);
+    CHECK_STR(got->result, "{\"ok\":true}");
+  }
+  idem_record_free(got);
+  CHECK_INT(st->vt->get(st, "cm", "m2", &got), IDEM_OK);
+  if (got) {
+    CHECK_INT(got->state, IDEM_STATE_PENDING);
+    CHECK_INT(got->attempts, 1);
+  }
+  idem_record_free(got);
+  /* a bad change fails, the good ones beside it apply */
+  ch[5] = change_init("cm", "m1", BIT(IDEM_STATE_PENDING));
+  ch[5].state = 9;
+  ch[4].attempts_add = 2;
+  CHECK(st->vt->change_many(st, ch + 4, 2, rcs) != IDEM_OK);
+  CHECK_INT(rcs[0], IDEM_OK);
+  CHECK(rcs[1] != IDEM_OK && rcs[1] != IDEM_STALE);
+  CHECK_INT(st->vt->get(st, "cm", "m2", &got), IDEM_OK);
+  if (got) CHECK_INT(got->attempts, 3);
+  idem_record_free(got);
+  CHECK_INT(st->vt->change_many(st, ch, 0, rcs), IDEM_OK);
+  st->vt->close(st);
+}
+
 static void conformance(const char *url) {
   conf_begin(url);
   conf_fence(url);
   conf_change(url);
+  conf_change_many(url);
   conf_insert_get(url);
   conf_list(url);
   conf_gc_stats(url);

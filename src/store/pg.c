@@ -1371,6 +1371,7 @@ typedef struct many_req {
   const unsigned long long *nonces;
   size_t n;
   int *rcs;
+  int hard; /* a change failed on its own: not the connection */
 } many_req;
 
 static int many_fn(pg_store *s, conn *c, void *arg, int *again) {
@@ -1405,6 +1406,7 @@ static int many_fn(pg_store *s, conn *c, void *arg, int *again) {
       ExecStatusType t = res[k] ? PQresultStatus(res[k]) : PGRES_FATAL_ERROR;
       if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
         rc = res_fail(s, c, res[k], "changing records", again);
+        q->hard = !*again;
         break;
       }
     }
@@ -1436,19 +1438,17 @@ static int many_fn(pg_store *s, conn *c, void *arg, int *again) {
 static int pg_change_many(idem__store *st, const idem__change *chs, size_t n,
                           int *rcs) {
   unsigned long long *nonces;
-  int *tmp, rc = IDEM_OK, first = IDEM_OK;
+  int *tmp, rc = IDEM_OK, first = IDEM_OK, alone = 0;
   char first_msg[MSG_MAX] = "";
   size_t i, at, m;
   many_req q;
   CHECK_STORE(s, st);
   if (n && !chs) return IDEM_MISUSE;
   if (n == 0) return IDEM_OK;
+  /* a bad change fails alone: then every change runs on its own */
   for (i = 0; i < n; i++)
-    if ((rc = check_change(s, &chs[i])) != IDEM_OK) {
-      if (rcs)
-        for (at = 0; at < n; at++) rcs[at] = at == i ? rc : IDEM_STALE;
-      return rc;
-    }
+    if (!chs[i].session || !chs[i].call_id || !idem__change_in_range(&chs[i]))
+      alone = 1;
   if (n > SIZE_MAX / sizeof *nonces ||
       !(nonces = idem__malloc(n * sizeof *nonces)))
     return msg_set(s, IDEM_NOMEM, "%s: out of memory", s->shown);
@@ -1463,18 +1463,20 @@ static int pg_change_many(idem__store *st, const idem__change *chs, size_t n,
     q.nonces = nonces + at;
     q.n = m;
     q.rcs = tmp + at;
-    rc = run(s, many_fn, &q);
-    if (rc != IDEM_OK && rc != IDEM_STORE) {
+    q.hard = 0;
+    rc = alone ? IDEM_INVALID : run(s, many_fn, &q);
+    if (rc != IDEM_OK && (alone || q.hard)) {
       /* not the connection: one at a time, so a bad change fails alone */
       for (i = 0; i < m; i++) {
         change_req one;
         memset(&one, 0, sizeof one);
         one.ch = &chs[at + i];
         one.nonce = nonces[at + i];
-        tmp[at + i] = run(s, change_fn, &one);
+        tmp[at + i] = check_change(s, one.ch);
+        if (tmp[at + i] == IDEM_OK) tmp[at + i] = run(s, change_fn, &one);
         idem_record_free(one.out);
         if (tmp[at + i] != IDEM_OK && tmp[at + i] != IDEM_STALE &&
-            tmp[at + i] != IDEM_NOTFOUND && first == IDEM_OK) {
+            first == IDEM_OK) {
           first = tmp[at + i];
           snprintf(first_msg, sizeof first_msg, "%s", tls_msg);
         }
@@ -1488,6 +1490,14 @@ static int pg_change_many(idem__store *st, const idem__change *chs, size_t n,
       }
     }
   }
+  /* the first failure other than IDEM_STALE (idemInt.h) */
+  for (i = 0; i < n && first == IDEM_OK; i++)
+    if (tmp[i] != IDEM_OK && tmp[i] != IDEM_STALE) {
+      first = tmp[i];
+      snprintf(first_msg, sizeof first_msg, "%s: %s (%.80s, %.80s)", s->shown,
+               first == IDEM_NOTFOUND ? "no record of" : "could not change",
+               chs[i].session, chs[i].call_id);
+    }
   if (rcs) memcpy(rcs, tmp, n * sizeof *tmp);
   idem__free(tmp);
   idem__free(nonces);

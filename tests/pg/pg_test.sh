@@ -65,6 +65,15 @@ expect "recover exit" 0 "$?"
 has "recover" "$out" '"applied":1'
 out=$("$IDEM" show --log "$URL" --json v2 c2)
 has "recovered" "$out" '"state":"succeeded"'
+# recover --batch settles through change_many (one pipelined transaction)
+for c in b1 b2 b3; do
+  REFUND_MODE=crash "$IDEM" exec --log "$URL" --session v3 --call "$c" \
+    --tool refund_payment --args "{\"order_id\":\"$c\"}" -- "$TOOL" > /dev/null
+done
+out=$("$IDEM" recover --log "$URL" --batch --status "sed 's/.*/applied/'" --json)
+has "recover --batch" "$out" '"applied":3'
+out=$("$IDEM" ls --log "$URL" --json --session v3)
+expect "recover --batch settled" 3 "$(printf '%s\n' "$out" | grep -c '"state":"succeeded"')"
 out=$("$IDEM" gc --log "$URL")
 expect "gc exit" 0 "$?"
 # a bad password: a clear error, and the password never printed
