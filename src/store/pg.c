@@ -48,8 +48,15 @@
 **
 ** Every time the store writes or compares - created and updated of new
 ** records, updated of changes, the repeat window of the fence - is the
-** server's clock (clock_timestamp()), and now() asks the server, so leases
-** and deadlines mean the same on every host whatever their clocks say.
+** server's clock (clock_timestamp()), and now() is the server's clock too,
+** so leases and deadlines mean the same on every host whatever their
+** clocks say.  now() reads it from the server at most once every CLOCK_MS
+** (1 s) and in between adds this host's monotonic time elapsed since that
+** reading: the guard asks for the time several times per call, and a round
+** trip each time would cost more than the rest of the call.  The error is
+** half the reading's round trip plus the monotonic clock's drift over a
+** second (parts per million) - never the host's wall clock, which may be
+** anything.
 **
 ** ATOMIC STEPS
 **
@@ -138,6 +145,7 @@
 #define MAX_RACES 100  /* begins re-run after losing a primary-key race */
 #define MSG_MAX 512
 #define CONNECT_MS 10000 /* connect_timeout, unless the URL sets one */
+#define CLOCK_MS 1000    /* the server's clock is read this often    */
 #define NPARAMS 23
 
 /* ---- schema ---------------------------------------------------------------- */
@@ -321,6 +329,10 @@ typedef struct pg_store {
   int locks_ready;
   unsigned long long nonce_base;
   atomic_ullong nonce_next;
+  /* the server's clock: read at server_ms when this host's monotonic
+  ** clock said mono_ms (0: never read) */
+  pthread_mutex_t clock_mu;
+  long long server_ms, mono_at;
 } pg_store;
 
 static const idem__store_vt pg_vt;
@@ -948,6 +960,7 @@ static void pg_destroy(pg_store *s) {
   if (s->locks_ready) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->clock_mu);
   }
   if (s->conninfo) {
     memset(s->conninfo, 0, strlen(s->conninfo));
@@ -1027,6 +1040,12 @@ int idem__pg_open(const char *url, idem__store **out) {
     pg_destroy(s);
     return idem__store_fail(out, IDEM_NOMEM, "%s: out of memory", shown);
   }
+  if (pthread_mutex_init(&s->clock_mu, NULL)) {
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pg_destroy(s);
+    return idem__store_fail(out, IDEM_NOMEM, "%s: out of memory", shown);
+  }
   s->locks_ready = 1;
   /* The first connection, and the schema; a server that is starting is
   ** waited for as a lost connection is. */
@@ -1081,12 +1100,28 @@ static int now_fn(pg_store *s, conn *c, void *arg, int *again) {
 
 static int pg_now(idem__store *st, long long *ms) {
   now_req q = {0};
+  long long t0, t1;
   int rc;
   CHECK_STORE(s, st);
   if (!ms) return IDEM_MISUSE;
+  t0 = mono_ms();
+  pthread_mutex_lock(&s->clock_mu);
+  if (s->mono_at && t0 - s->mono_at < CLOCK_MS) {
+    *ms = s->server_ms + (t0 - s->mono_at);
+    pthread_mutex_unlock(&s->clock_mu);
+    return IDEM_OK;
+  }
+  pthread_mutex_unlock(&s->clock_mu);
   rc = run(s, now_fn, &q);
   *ms = q.ms;
-  return rc;
+  if (rc != IDEM_OK) return rc;
+  t1 = mono_ms();
+  pthread_mutex_lock(&s->clock_mu);
+  /* the reading was taken somewhere in [t0, t1]: credit it to the middle */
+  s->server_ms = q.ms;
+  s->mono_at = t0 + (t1 - t0) / 2;
+  pthread_mutex_unlock(&s->clock_mu);
+  return IDEM_OK;
 }
 
 /* begin and insert */
