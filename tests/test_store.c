@@ -860,7 +860,7 @@ static void test_urls(void) {
     static const char *const urls[] = {
         "postgres://u:secret@127.0.0.1:1/idem",
         "postgresql://127.0.0.1:1/idem?password=secret",
-        "postgres://u:secret@[::1/idem"};
+        "postgres://u:secret@[::1/idem", "postgres:password=secret"};
     for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
       idem__store *pg = NULL;
       CHECK(idem__store_open(urls[i], &pg) != IDEM_OK);

@@ -154,14 +154,18 @@ static int scheme_is(const char *url, size_t n, const char *name) {
 ** hidden: a connection string may carry a password.  So may its query
 ** string (?password=...): that part is cut off. */
 static const char *shown(const char *url, char *buf, size_t size) {
-  const char *auth = strstr(url, "//"), *at, *end, *pw;
+  const char *auth = strstr(url, "//"), *at, *end,
+             *pw = strstr(url, "password");
   size_t keep;
-  if (!auth) return url;
+  if (!auth) {
+    if (!pw) return url;
+    snprintf(buf, size, "%.*s***", (int)(pw - url), url);
+    return buf;
+  }
   auth += 2;
   end = auth + strcspn(auth, "/?#");
   for (at = end; at > auth && at[-1] != '@'; at--) {
   }
-  pw = strstr(url, "password");
   keep = pw ? (size_t)(pw - url) : strlen(url);
   if (at == auth && !pw) return url;
   if (at == auth)
