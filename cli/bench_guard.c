@@ -14,6 +14,10 @@
 **                  trivial status check (target: under 5 s)
 **   python_sqlite3 Python's sqlite3 with an idempotency table, a transaction
 **                  per step, on the same disk
+**   guard_call_pg, guard_32_pg
+**                  with IDEM_BENCH_PG_URL=postgres://... set: the single
+**                  session and the 32 sessions on that PostgreSQL log, side
+**                  by side with the figures of the embedded store above
 **
 ** Every figure comes from this one run; nothing here is a pass/fail test of
 ** speed.
@@ -111,13 +115,79 @@ static int one_call(idem_guard *g, const char *session, const char *call_id) {
 
 typedef struct sess {
   idem_guard *g;
+  const char *prefix; /* of the session names: unique to the run */
   int id, calls, failed;
 } sess;
 
+static void *sess_main(void *arg);
+
+/* The 32 sessions on g: calls per second. */
+static double run_32(idem_guard *g, const char *prefix, int per, int *failed) {
+  pthread_t th[32];
+  sess ss[32];
+  double t0 = mono();
+  int i;
+  for (i = 0; i < 32; i++) {
+    ss[i].g = g;
+    ss[i].prefix = prefix;
+    ss[i].id = i;
+    ss[i].calls = per;
+    ss[i].failed = 0;
+    pthread_create(&th[i], NULL, sess_main, &ss[i]);
+  }
+  for (i = 0; i < 32; i++) {
+    pthread_join(th[i], NULL);
+    *failed += ss[i].failed;
+  }
+  return 32 * per / (mono() - t0);
+}
+
+/*
+** The same guarded calls on a PostgreSQL log (IDEM_BENCH_PG_URL), beside
+** the embedded store's rates from this run.  Sessions are named after the
+** run, so a database used before does not turn the calls into replays.
+*/
+static int bench_guard_pg(const char *url, int n1, int per, double sq_single,
+                          double sq_multi) {
+  idem_guard *g = NULL;
+  char prefix[64], session[80], call[32], shown[300];
+  double t0, single, multi;
+  int i, failed = 0;
+  idem__store_shown_url(url, shown, sizeof shown);
+  if (idem_guard_open(url, NULL, &g) != IDEM_OK) {
+    cli_err("bench: %s", idem_guard_errmsg(g));
+    idem_guard_close(g);
+    return EXIT_FAIL;
+  }
+  snprintf(prefix, sizeof prefix, "%ld_%lld_", (long)getpid(),
+           (long long)(mono() * 1e6));
+  snprintf(session, sizeof session, "%ssingle", prefix);
+  t0 = mono();
+  for (i = 0; i < n1; i++) {
+    snprintf(call, sizeof call, "call_%d", i);
+    if (one_call(g, session, call)) failed++;
+  }
+  single = n1 / (mono() - t0);
+  multi = run_32(g, prefix, per, &failed);
+  idem_guard_close(g);
+  printf("{\"bench\":\"guard_call_pg\",\"log\":\"%s\",\"calls\":%d,"
+         "\"mean_us\":%.1f,\"sqlite_mean_us\":%.1f,\"ratio_to_sqlite\":%.2f,"
+         "\"failed\":%d}\n",
+         shown, n1, 1e6 / single, 1e6 / sq_single, sq_single / single, failed);
+  printf("{\"bench\":\"guard_32_pg\",\"sessions\":32,\"calls\":%d,"
+         "\"calls_per_s\":%.0f,\"single_calls_per_s\":%.0f,\"ratio\":%.1f,"
+         "\"sqlite_calls_per_s\":%.0f,\"ratio_to_sqlite\":%.2f,"
+         "\"failed\":%d}\n",
+         32 * per, multi, single, multi / single, sq_multi, multi / sq_multi,
+         failed);
+  fflush(stdout);
+  return failed ? EXIT_FAIL : EXIT_OK;
+}
+
 static void *sess_main(void *arg) {
   sess *s = arg;
-  char session[32], call[32];
-  snprintf(session, sizeof session, "bench_s%d", s->id);
+  char session[64], call[32];
+  snprintf(session, sizeof session, "%sbench_s%d", s->prefix, s->id);
   for (int i = 0; i < s->calls; i++) {
     snprintf(call, sizeof call, "call_%d", i);
     if (one_call(s->g, session, call)) {
@@ -213,7 +283,7 @@ int bench_guard(const char *dir, int quick) {
   double fsync_us, t0, single_s, multi_s, *lat, rec_s = -1, py_s = -1;
   idem_guard *g = NULL;
   pthread_t th[32];
-  sess ss[32];
+  const char *pg_url;
   int i, failed = 0, rc = EXIT_OK;
   ssize_t sl;
 
@@ -269,19 +339,7 @@ int bench_guard(const char *dir, int quick) {
   free(lat);
 
   /* 32 sessions at once */
-  t0 = mono();
-  for (i = 0; i < 32; i++) {
-    ss[i].g = g;
-    ss[i].id = i;
-    ss[i].calls = per;
-    ss[i].failed = 0;
-    pthread_create(&th[i], NULL, sess_main, &ss[i]);
-  }
-  for (i = 0; i < 32; i++) {
-    pthread_join(th[i], NULL);
-    failed += ss[i].failed;
-  }
-  multi_s = mono() - t0;
+  multi_s = 32 * per / run_32(g, "", per, &failed);
   printf("{\"bench\":\"guard_32\",\"sessions\":32,\"calls\":%d,"
          "\"calls_per_s\":%.0f,\"single_calls_per_s\":%.0f,"
          "\"ratio\":%.1f,\"target\":\">=5\",\"failed\":%d}\n",
@@ -289,6 +347,8 @@ int bench_guard(const char *dir, int quick) {
          (32 * per / multi_s) / (n1 / single_s), failed);
   fflush(stdout);
   idem_guard_close(g);
+  if ((pg_url = getenv("IDEM_BENCH_PG_URL")) != NULL && *pg_url)
+    rc |= bench_guard_pg(pg_url, n1, per, n1 / single_s, 32 * per / multi_s);
 
   /* recover: in-doubt records settled by a trivial batch status check */
   {

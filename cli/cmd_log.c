@@ -352,6 +352,7 @@ static int collect(const idem_record *r, void *arg) {
   struct {
     doubt *v;
     size_t n, cap;
+    long long now; /* the log's clock (a shared log: the server's) */
   } *d = arg;
   if (d->n == d->cap) {
     size_t cap = d->cap ? d->cap * 2 : 256;
@@ -360,7 +361,7 @@ static int collect(const idem_record *r, void *arg) {
     d->v = v;
     d->cap = cap;
   }
-  if (r->state == IDEM_STATE_PENDING && r->lease_until > now_wall() &&
+  if (r->state == IDEM_STATE_PENDING && r->lease_until > d->now &&
       idem__owner_alive(r->owner) != 0)
     return 0; /* still at work: not in doubt */
   memset(&d->v[d->n], 0, sizeof d->v[d->n]);
@@ -615,7 +616,8 @@ int cmd_recover(int argc, char **argv) {
   struct {
     doubt *v;
     size_t n, cap;
-  } d = {NULL, 0, 0};
+    long long now;
+  } d = {NULL, 0, 0, 0};
   recover_job j;
   pthread_t th[64];
   size_t i, workers = 8;
@@ -649,6 +651,7 @@ int cmd_recover(int argc, char **argv) {
     return EXIT_FAIL;
   }
   f.states = 1u << IDEM_STATE_IN_DOUBT | 1u << IDEM_STATE_PENDING;
+  if (st->vt->now(st, &d.now) != IDEM_OK) d.now = now_wall();
   if (st->vt->list(st, &f, collect, &d)) {
     cli_err("%s", st->vt->errmsg(st));
     rc = EXIT_FAIL;

@@ -10,6 +10,8 @@ PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libcurl
 # the Python binding's tests: pip and venv (pip brings setuptools and wheel,
 # the offline build backend of `pip install ./bindings/python`)
 PKGS="$PKGS python3-pip python3-venv"
+# the PostgreSQL store: libpq to build, a server for its tests (tests/pg)
+PKGS="$PKGS libpq-dev postgresql"
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 

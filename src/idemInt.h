@@ -249,7 +249,7 @@ const idem__tool_rule *idem__policy_rule(const idem_policy *p, const char *tool,
 ** guard (guard.c) decides, the store only applies atomic steps.  Every
 ** entry point is safe to call from many threads at once on one store, and
 ** from many processes on one log.  Backends: store/sqlite.c (sqlite:PATH),
-** later store/pg.c.  Strings passed in are copied; records returned are
+** store/pg.c (postgres://...).  Strings passed in are copied; records returned are
 ** new (free with idem_record_free).
 */
 typedef struct idem__store idem__store;
@@ -342,6 +342,15 @@ struct idem__store {
 ** when memory allowed, so its errmsg can be read. */
 int idem__store_open(const char *url, idem__store **out);
 int idem__sqlite_open(const char *path, idem__store **out);
+/* store/pg.c: url is any libpq connection string. */
+int idem__pg_open(const char *url, idem__store **out);
+/* The NOT NULL field that rec lacks ("the record" when rec is NULL), or
+** NULL when it has them all. */
+const char *idem__record_missing(const idem_record *rec);
+/* Are ch's state and resolution ones a change may set? */
+int idem__change_in_range(const idem__change *ch);
+/* url as messages show it: a password in it replaced by *** (into buf). */
+void idem__store_shown_url(const char *url, char *buf, size_t size);
 
 /* store/faultvfs.c: the test VFS "idem-fault" (see there).  selected():
 ** its name when later opens should use it, else NULL; enable(): select it

@@ -161,6 +161,7 @@
 
 #include <sqlite3.h>
 
+#include "cols.h"
 #include "idemInt.h"
 
 #if SQLITE_VERSION_NUMBER < 3035000
@@ -211,37 +212,6 @@ static const char *const migrations[] = {
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
-
-/* Every column, in the order of the C_* indexes. */
-#define COLS                                                                   \
-  "session, call_id, tool, fingerprint, key, args, fence_key, cls, state, "    \
-  "attempts, owner, lease_until, token, result, error, created, updated, "     \
-  "expires, resolution, delivered, duplicate_of"
-
-enum {
-  C_SESSION,
-  C_CALL_ID,
-  C_TOOL,
-  C_FINGERPRINT,
-  C_KEY,
-  C_ARGS,
-  C_FENCE_KEY,
-  C_CLS,
-  C_STATE,
-  C_ATTEMPTS,
-  C_OWNER,
-  C_LEASE_UNTIL,
-  C_TOKEN,
-  C_RESULT,
-  C_ERROR,
-  C_CREATED,
-  C_UPDATED,
-  C_EXPIRES,
-  C_RESOLUTION,
-  C_DELIVERED,
-  C_DUPLICATE_OF,
-  N_COLS
-};
 
 /* The states a change may not move a record out of (SPEC §5). */
 #define TERMINAL_SQL "(2, 3, 6)"
@@ -1556,14 +1526,7 @@ static int sq_now(idem__store *st, long long *ms) {
 
 /* A record must carry every NOT NULL column. */
 static int check_record(sq_store *s, const idem_record *rec) {
-  const char *missing = !rec                ? "the record"
-                        : !rec->session     ? "session"
-                        : !rec->call_id     ? "call_id"
-                        : !rec->tool        ? "tool"
-                        : !rec->fingerprint ? "fingerprint"
-                        : !rec->key         ? "key"
-                        : !rec->args        ? "args"
-                                            : NULL;
+  const char *missing = idem__record_missing(rec);
   if (missing)
     return msg_set(s, IDEM_INVALID, "%s: a record without %s", s->path,
                    missing);
@@ -1623,8 +1586,7 @@ static int sq_change(idem__store *st, const idem__change *ch,
   if (now) *now = NULL;
   if (!ch || !ch->session || !ch->call_id)
     return msg_set(s, IDEM_INVALID, "%s: a change without its action", s->path);
-  if (ch->state < 0 || ch->state > IDEM_STATE_DEDUPLICATED ||
-      ch->resolution < 0 || ch->resolution > IDEM_RESOLVED_REPLAYED)
+  if (!idem__change_in_range(ch))
     return msg_set(s, IDEM_INVALID, "%s: a change to state %d, resolution %d",
                    s->path, ch->state, ch->resolution);
   r.kind = REQ_CHANGE;

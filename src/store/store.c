@@ -3,7 +3,7 @@
 **
 **   sqlite:PATH            the embedded store (store/sqlite.c)
 **   PATH                   no scheme: a SQLite path too
-**   postgres://...         PostgreSQL: not built yet (IDEM_INVALID)
+**   postgres://...         PostgreSQL, any libpq connection URI (store/pg.c)
 **   postgresql://...
 **
 ** A scheme is what RFC 3986 calls one: a letter, then letters, digits, '+',
@@ -105,6 +105,24 @@ int idem__store_fail(idem__store **out, int rc, const char *fmt, ...) {
   return rc;
 }
 
+/* ---- checks both stores make ----------------------------------------------- */
+
+const char *idem__record_missing(const idem_record *rec) {
+  return !rec                ? "the record"
+         : !rec->session     ? "session"
+         : !rec->call_id     ? "call_id"
+         : !rec->tool        ? "tool"
+         : !rec->fingerprint ? "fingerprint"
+         : !rec->key         ? "key"
+         : !rec->args        ? "args"
+                             : NULL;
+}
+
+int idem__change_in_range(const idem__change *ch) {
+  return ch->state >= 0 && ch->state <= IDEM_STATE_DEDUPLICATED &&
+         ch->resolution >= 0 && ch->resolution <= IDEM_RESOLVED_REPLAYED;
+}
+
 /* ---- choosing a backend --------------------------------------------------- */
 
 /* Length of url's scheme (before ':'), 0 when it has none. */
@@ -133,17 +151,36 @@ static int scheme_is(const char *url, size_t n, const char *name) {
 }
 
 /* url for a message, with any user:password@ between "//" and the host
-** hidden: a connection string may carry a password. */
+** hidden: a connection string may carry a password.  So may its query
+** string (?password=...): that part is cut off. */
 static const char *shown(const char *url, char *buf, size_t size) {
-  const char *auth = strstr(url, "//"), *at, *end;
-  if (!auth) return url;
+  const char *auth = strstr(url, "//"), *at, *end,
+             *pw = strstr(url, "password");
+  size_t keep;
+  if (!auth) {
+    if (!pw) return url;
+    snprintf(buf, size, "%.*s***", (int)(pw - url), url);
+    return buf;
+  }
   auth += 2;
   end = auth + strcspn(auth, "/?#");
   for (at = end; at > auth && at[-1] != '@'; at--) {
   }
-  if (at == auth) return url;
-  snprintf(buf, size, "%.*s***@%s", (int)(auth - url), url, at);
+  keep = pw ? (size_t)(pw - url) : strlen(url);
+  if (at == auth && !pw) return url;
+  if (at == auth)
+    snprintf(buf, size, "%.*s***", (int)keep, url);
+  else if (pw && pw > at)
+    snprintf(buf, size, "%.*s***@%.*s***", (int)(auth - url), url,
+             (int)(pw - at), at);
+  else
+    snprintf(buf, size, "%.*s***@%s", (int)(auth - url), url, at);
   return buf;
+}
+
+void idem__store_shown_url(const char *url, char *buf, size_t size) {
+  const char *s = shown(url, buf, size);
+  if (s != buf) snprintf(buf, size, "%s", s);
 }
 
 int idem__store_open(const char *url, idem__store **out) {
@@ -162,12 +199,9 @@ int idem__store_open(const char *url, idem__store **out) {
     return idem__sqlite_open(url + n + 1, out);
   }
   if (scheme_is(url, n, "postgres") || scheme_is(url, n, "postgresql"))
-    return idem__store_fail(out, IDEM_INVALID,
-                            "attempt log \"%.200s\": PostgreSQL is not built "
-                            "into this idem yet; use sqlite:PATH",
-                            shown(url, buf, sizeof buf));
+    return idem__pg_open(url, out);
   return idem__store_fail(out, IDEM_INVALID,
                           "attempt log \"%.200s\": unknown scheme (use "
-                          "sqlite:PATH or a plain path)",
+                          "sqlite:PATH, a plain path or postgres://...)",
                           shown(url, buf, sizeof buf));
 }

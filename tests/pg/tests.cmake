@@ -1,0 +1,17 @@
+# The PostgreSQL store, on a real server that each test starts and removes
+# (tests/pg/with_server.sh): the store conformance suite (tests/test_store.c,
+# the same suite as the SQLite store's, given --log URL), and the guard through
+# processes (tests/pg/pg_test.sh).
+add_test(NAME store_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  sh -c "exec \"$0\" --log \"$IDEM_PG_URL\"" $<TARGET_FILE:test_store>)
+add_executable(race_guard pg/race_guard.c)
+target_compile_options(race_guard PRIVATE ${IDEM_WARNINGS})
+target_link_libraries(race_guard PRIVATE idem_static)
+if(IDEM_SANITIZE)
+  set(PG_RACE_ACTIONS 8)
+else()
+  set(PG_RACE_ACTIONS 25)
+endif()
+add_test(NAME guard_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/pg_test.sh $<TARGET_FILE:idem>
+  $<TARGET_FILE:race_guard> ${PG_RACE_ACTIONS})
