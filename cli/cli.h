@@ -150,6 +150,13 @@ int cli_status_check(const idem_step *s, const char *cmd, const char *session,
 /* Verbs. */
 /* ---- drive.c: a step walked to its answer ---------------------------------- */
 
+/* The call of `idem exec` / `idem call` from its options: session (else
+** $IDEM_SESSION), call id and tool required, the arguments from args or,
+** for "-", stdin (then *owned holds them: free()).  EXIT_OK or the exit
+** status of the error, already reported. */
+int cli_call_input(const char *verb, const char *args, idem_call *call,
+                   char **owned);
+
 /* The exit status of an answer (SPEC §9). */
 int cli_exit_for(int answer);
 

@@ -109,27 +109,8 @@ int cmd_call(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage("call", "too many arguments");
   if (!policy_path) return cli_usage("call", "--policy is required");
-  if (!call.session) call.session = getenv("IDEM_SESSION");
-  if (!call.session || !*call.session)
-    return cli_usage("call", "--session is required");
-  if (!call.call_id || !*call.call_id)
-    return cli_usage("call", "--call is required");
-  if (!call.tool || !*call.tool) return cli_usage("call", "--tool is required");
-
-  if (strcmp(args, "-") == 0) {
-    int trunc, err = cli_read_all(NULL, IDEM_DEFAULT_MAX_BYTES, &stdin_args,
-                                  &call.args_len, &trunc);
-    if (err || trunc) {
-      cli_err(err ? "stdin: %s" : "arguments: text larger than the limit",
-              err ? strerror(err) : "");
-      free(stdin_args);
-      return err ? EXIT_FAIL : EXIT_DATA;
-    }
-    call.args = stdin_args;
-  } else {
-    call.args = args;
-    call.args_len = strlen(args);
-  }
+  if ((code = cli_call_input("call", args, &call, &stdin_args))) return code;
+  code = EXIT_FAIL;
   if (idem_policy_load(policy_path, &policy) != IDEM_OK) {
     cli_err("%s: %s", policy_path,
             policy ? idem_policy_errmsg(policy) : "out of memory");

@@ -292,35 +292,11 @@ int cmd_exec(int argc, char **argv) {
       return cli_usage("exec", "no option '%s' for exec", argv[optind - 1]);
     }
   }
-  if (!call.session) call.session = getenv("IDEM_SESSION");
-  if (!call.session || !*call.session)
-    return cli_usage("exec", "--session is required");
-  if (!call.call_id || !*call.call_id)
-    return cli_usage("exec", "--call is required");
-  if (!call.tool || !*call.tool) return cli_usage("exec", "--tool is required");
   if (optind >= argc)
     return cli_usage("exec", "the command to run is missing (after --)");
   x.command = argv + optind;
   x.ncommand = argc - optind;
-
-  if (strcmp(args, "-") == 0) {
-    int trunc, err = cli_read_all(NULL, IDEM_DEFAULT_MAX_BYTES, &stdin_args,
-                                  &call.args_len, &trunc);
-    if (err) {
-      cli_err("stdin: %s", strerror(err));
-      return EXIT_FAIL;
-    }
-    if (trunc) {
-      cli_err("arguments: text larger than the limit of %u bytes",
-              IDEM_DEFAULT_MAX_BYTES);
-      free(stdin_args);
-      return EXIT_DATA;
-    }
-    call.args = stdin_args;
-  } else {
-    call.args = args;
-    call.args_len = strlen(args);
-  }
+  if ((rc = cli_call_input("exec", args, &call, &stdin_args))) return rc;
   if ((rc = load_policy(policy_path, call.tool, (long long)timeout, status,
                         &policy))) {
     free(stdin_args);

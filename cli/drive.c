@@ -11,6 +11,37 @@
 #include "http.h"
 #include "idemInt.h"
 
+int cli_call_input(const char *verb, const char *args, idem_call *call,
+                   char **owned) {
+  *owned = NULL;
+  if (!call->session) call->session = getenv("IDEM_SESSION");
+  if (!call->session || !*call->session)
+    return cli_usage(verb, "--session is required");
+  if (!call->call_id || !*call->call_id)
+    return cli_usage(verb, "--call is required");
+  if (!call->tool || !*call->tool) return cli_usage(verb, "--tool is required");
+  if (strcmp(args, "-") == 0) {
+    int trunc, err = cli_read_all(NULL, IDEM_DEFAULT_MAX_BYTES, owned,
+                                  &call->args_len, &trunc);
+    if (err) {
+      cli_err("stdin: %s", strerror(err));
+      return EXIT_FAIL;
+    }
+    if (trunc) {
+      cli_err("arguments: text larger than the limit of %u bytes",
+              IDEM_DEFAULT_MAX_BYTES);
+      free(*owned);
+      *owned = NULL;
+      return EXIT_DATA;
+    }
+    call->args = *owned;
+  } else {
+    call->args = args;
+    call->args_len = strlen(args);
+  }
+  return EXIT_OK;
+}
+
 int cli_exit_for(int answer) {
   switch (answer) {
   case IDEM_ANSWER_SUCCEEDED:
