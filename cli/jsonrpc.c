@@ -216,7 +216,14 @@ int mcp_msg_parse(const char *line, size_t len, mcp_msg *m, char *err,
                   size_t errn) {
   json_error_t je;
   json_t *v;
+  const char *nul = memchr(line, '\0', len);
   memset(m, 0, sizeof m[0]);
+  /* a NUL byte is never JSON (jansson would stop reading at it, and the
+  ** bytes after it would still be forwarded) */
+  if (nul) {
+    snprintf(err, errn, "a NUL byte at byte %zu", (size_t)(nul - line));
+    return -1;
+  }
   /* duplicate names are refused: the scanner and a peer could otherwise
   ** read different members (jansson keeps the last, the scanner the first) */
   m->root = json_loadb(line, len,
