@@ -14,6 +14,7 @@
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -47,6 +48,13 @@ typedef struct demo {
   int failures;
   const char *b, *g, *r, *d, *n; /* bold, green, red, dim, reset */
 } demo;
+
+static int remove_one(const char *path, const struct stat *st, int type,
+                      struct FTW *ftw) {
+  (void)st, (void)type, (void)ftw;
+  remove(path);
+  return 0;
+}
 
 static long long mono_ms(void) {
   struct timespec ts;
@@ -246,6 +254,20 @@ static int ledger_count(demo *d, const char *order, long long *cents,
 
 /* ---- the harness ---------------------------------------------------------------- */
 
+/* Run this program with argv (its own verbs) and envp (NULL: ours), its
+** stdout and stderr together in res->out; killed after a minute. */
+static int run_idem(char *const *argv, char *const *envp, cli_run_result *res) {
+  cli_run_opts o;
+  memset(&o, 0, sizeof o);
+  o.argv = argv;
+  o.envp = envp;
+  o.deadline_ms = 60000;
+  o.kill_on_deadline = 1;
+  o.max_output = (size_t)1 << 20;
+  o.merge_stderr = 1;
+  return cli_run(&o, res);
+}
+
 /* One tool call of the harness: `idem call` in a child process (so that it
 ** can be killed at a crash point).  Prints what idem did and what the
 ** model gets back; returns the envelope's status ("killed" when the child
@@ -269,7 +291,6 @@ static const char *harness(demo *d, const char *call_id, const char *args,
                   (char *)args,
                   NULL};
   char crash[128], **envp = NULL;
-  cli_run_opts o;
   cli_run_result res;
   size_t ne = 0, i;
   char *line, *save = NULL;
@@ -286,14 +307,7 @@ static const char *harness(demo *d, const char *call_id, const char *args,
          crash_at ? "   # IDEM_CRASH_AT=" : "", crash_at ? crash_at : "");
   printf("%s", d->n);
   fflush(stdout);
-  memset(&o, 0, sizeof o);
-  o.argv = argv;
-  o.envp = envp;
-  o.deadline_ms = 60000;
-  o.kill_on_deadline = 1;
-  o.max_output = (size_t)1 << 20;
-  o.merge_stderr = 1;
-  if (cli_run(&o, &res) != 0) {
+  if (run_idem(argv, envp, &res) != 0) {
     cli_err("cannot run idem call: %s", strerror(errno));
     free(envp);
     return buf;
@@ -341,17 +355,10 @@ static int recover(demo *d, char *out, size_t n) {
   char *argv[] = {d->self, (char *)"recover",  (char *)"--log",
                   d->log,  (char *)"--policy", d->policy,
                   NULL};
-  cli_run_opts o;
   cli_run_result res;
-  memset(&o, 0, sizeof o);
-  o.argv = argv;
-  o.deadline_ms = 60000;
-  o.kill_on_deadline = 1;
-  o.max_output = (size_t)1 << 20;
-  o.merge_stderr = 1;
   snprintf(out, n, "?");
   printf("   %s$ idem recover --policy policy.json%s\n", d->d, d->n);
-  if (cli_run(&o, &res) != 0) return -1;
+  if (run_idem(argv, NULL, &res) != 0) return -1;
   if (res.out) {
     size_t len = strcspn(res.out, "\n");
     snprintf(out, n, "%.*s", (int)len, res.out);
@@ -598,14 +605,7 @@ int cmd_demo(int argc, char **argv) {
     printf("%s%s%d step%s did not go as expected.%s Files kept in %s\n", d.b,
            d.r, d.failures, d.failures == 1 ? "" : "s", d.n, d.dir);
   if (d.failures == 0 && !keep) {
-    char *rm[] = {(char *)"rm", (char *)"-rf", d.dir, NULL};
-    cli_run_opts o;
-    cli_run_result res;
-    memset(&o, 0, sizeof o);
-    o.argv = rm;
-    o.deadline_ms = 30000;
-    o.max_output = 4096;
-    if (cli_run(&o, &res) == 0) free(res.out);
+    nftw(d.dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
   } else if (keep) {
     printf("Files kept in %s\n", d.dir);
   }
