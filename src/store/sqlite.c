@@ -1026,8 +1026,10 @@ static void end_batch(sq_store *s) {
     s->ckpt_due = 1;
   }
   s->writing = 0;
-  /* the checkpointer waits for a trigger, or for writing to end */
-  pthread_cond_signal(&s->ckcv);
+  /* The checkpointer waits for a trigger, or for writing to end.  Wake it
+  ** only then: a wake-up for nothing after every commit costs a context
+  ** switch per write. */
+  if (s->ckpt_due || s->ckpt_wait) pthread_cond_signal(&s->ckcv);
 }
 
 /* Not under mu (a woken waiter need not wait for it): wake the waiters of
