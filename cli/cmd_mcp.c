@@ -114,7 +114,7 @@ static int flush_fd(int fd, mcp_buf *b) {
   return 0;
 }
 
-static void flush_all(gw *w) {
+void gw_flush(gw *w) {
   if (!w->cout_dead && w->cout.len && flush_fd(1, &w->cout)) {
     w->cout_dead = 1;
     w->cout.len = 0;
@@ -533,7 +533,7 @@ static int loop(gw *w) {
       w->grace_stage++;
       w->grace_at = gw_mono_ms() + GRACE_MS;
     }
-    flush_all(w);
+    gw_flush(w);
     if (w->child_done && w->sin_eof && !w->nlive && jobs_idle(w) &&
         (w->cout_dead || !w->cout.len))
       return 0;

@@ -110,6 +110,8 @@ void gw_oom(void);
 /* Queue one whole message (or its pieces, in order) to a peer. */
 void gw_to_client(gw *w, const char *p, size_t n);
 void gw_to_server(gw *w, const char *p, size_t n);
+/* Write what both peers take now of what is queued for them. */
+void gw_flush(gw *w);
 /* Queue a JSON-RPC error response to the client (id is raw JSON text). */
 void gw_client_error(gw *w, const char *id, size_t idlen, int code,
                      const char *fmt, ...)
