@@ -327,14 +327,75 @@ static void c_locale_init(void) {
   c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
 }
 
+/*
+** Eight ASCII digits at p as a number, or -1 when they are not all digits.
+** Little-endian SWAR: the digit test adds 6 to each byte (a digit stays
+** below 0x40 only if it was at most '9'), then three multiply-shift rounds
+** combine pairs, quads and the two halves.
+*/
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HAVE_SWAR_DIGITS 1
+static inline int all_digits8(uint64_t x) {
+  return ((x & 0xF0F0F0F0F0F0F0F0u) |
+          (((x + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) >> 4)) ==
+         0x3333333333333333u;
+}
+
+static inline int64_t eight_digits(const unsigned char *p) {
+  uint64_t x;
+  memcpy(&x, p, 8);
+  if (!all_digits8(x)) return -1;
+  x -= 0x3030303030303030u;
+  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFu;     /* 4 x 2 digits */
+  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFu;   /* 2 x 4 digits */
+  return (int64_t)((x * 10000 + (x >> 32)) & 0xFFFFFFFFu); /* 8 digits */
+}
+#endif
+
+/* The decimal digits of a number literal as read in one pass: the first 19
+** significant digits in m, the power of ten that scales them, whether a
+** dropped digit was not 0, and the exponent as written (saturated). */
+typedef struct decimal {
+  uint64_t m;
+  long e10, ex;
+  int nsig, cut, neg;
+} decimal;
+
+/* Add the digits [q, e) to d; frac: they follow the decimal point. */
+static inline void add_digits(decimal *d, const unsigned char *q,
+                              const unsigned char *e, int frac) {
+  if (d->m == 0) /* leading zeros are not significant */
+    for (; q < e && *q == '0'; q++)
+      if (frac) d->e10--;
+#ifdef HAVE_SWAR_DIGITS
+  while (e - q >= 8 && d->nsig <= 11) {
+    int64_t v = eight_digits(q);
+    d->m = d->m * 100000000u + (uint64_t)v;
+    d->nsig += 8;
+    if (frac) d->e10 -= 8;
+    q += 8;
+  }
+#endif
+  for (; q < e; q++) {
+    if (d->nsig < 19) {
+      d->m = d->m * 10 + (uint64_t)(*q - '0');
+      if (frac) d->e10--;
+    } else {
+      if (!frac) d->e10++;
+      d->cut |= *q != '0';
+    }
+    d->nsig++;
+  }
+}
+
 /* Exact powers of ten that a double holds (10^22 is the largest). */
 static const double pow10_exact[23] = {
     1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /*
-** The nearest double to the decimal literal [p, end), which the grammar
-** check has already accepted.  Sets *nonzero when any digit is not 0.
+** The nearest double to the decimal literal [p, end) whose digits are d.
 ** Clinger's fast path: a mantissa below 2^53 and |exponent| <= 22 makes the
 ** result one correctly rounded IEEE operation on exact operands.  Everything
 ** else goes to idem__decimal_to_double() (strtod.c, Eisel-Lemire) with the
@@ -343,54 +404,19 @@ static const double pow10_exact[23] = {
 ** long to read - to strtod_l, which glibc rounds correctly.
 */
 static int number_value(idem_canon *c, const unsigned char *p,
-                        const unsigned char *end, double *out, int *nonzero) {
-  const unsigned char *q = p;
-  uint64_t m = 0;
-  int nsig = 0, neg = 0, cut = 0; /* cut: a dropped digit is not 0 */
-  long e10 = 0, ex = 0;
-  if (*q == '-') neg = 1, q++;
-  for (; q < end && is_digit(*q); q++) {
-    if (m == 0 && *q == '0') continue;
-    if (nsig < 19)
-      m = m * 10 + (uint64_t)(*q - '0');
-    else {
-      e10++;
-      cut |= *q != '0';
-    }
-    nsig++;
-  }
-  if (q < end && *q == '.') {
-    for (q++; q < end && is_digit(*q); q++) {
-      if (m == 0 && *q == '0') {
-        e10--;
-        continue;
-      }
-      if (nsig < 19) {
-        m = m * 10 + (uint64_t)(*q - '0');
-        e10--;
-      } else
-        cut |= *q != '0';
-      nsig++;
-    }
-  }
-  if (q < end && (*q | 0x20) == 'e') {
-    int eneg = 0;
-    q++;
-    if (*q == '-' || *q == '+') eneg = *q++ == '-';
-    for (; q < end && is_digit(*q); q++)
-      if (ex < 100000000) ex = ex * 10 + (*q - '0');
-    e10 += eneg ? -ex : ex;
-  }
-  *nonzero = m != 0;
-  if (m == 0) {
+                        const unsigned char *end, const decimal *d,
+                        double *out) {
+  long e10 = d->e10;
+  if (d->m == 0) {
     *out = 0.0;
     return IDEM_OK;
   }
-  if (nsig <= 19 && m < (UINT64_C(1) << 53) && e10 >= -22 && e10 <= 22 + 15) {
-    double v = (double)m;
-    long k = e10; /* e10 is still needed below if this path fails */
+  if (d->nsig <= 19 && d->m < (UINT64_C(1) << 53) && e10 >= -22 &&
+      e10 <= 22 + 15) {
+    double v = (double)d->m;
+    long k = e10;
     if (k < 0) {
-      *out = (neg ? -v : v) / pow10_exact[-k];
+      *out = (d->neg ? -v : v) / pow10_exact[-k];
       return IDEM_OK;
     }
     if (k > 22) { /* 12e30 = 12000000000e22 when that is still exact */
@@ -398,7 +424,7 @@ static int number_value(idem_canon *c, const unsigned char *p,
       k = 22;
     }
     if (v < 9007199254740992.0) {
-      *out = (neg ? -v : v) * pow10_exact[k];
+      *out = (d->neg ? -v : v) * pow10_exact[k];
       return IDEM_OK;
     }
   }
@@ -406,7 +432,8 @@ static int number_value(idem_canon *c, const unsigned char *p,
   ** (over 10^8) is left to strtod_l, which reads it whole. */
   if (e10 < -400) e10 = -400;
   if (e10 > 400) e10 = 400;
-  if (ex < 100000000 && idem__decimal_to_double(m, (int)e10, cut, neg, out))
+  if (d->ex < 100000000 &&
+      idem__decimal_to_double(d->m, (int)e10, d->cut, d->neg, out))
     return IDEM_OK;
   {
     size_t n = (size_t)(end - p);
@@ -428,14 +455,28 @@ static int number_value(idem_canon *c, const unsigned char *p,
 /* 2^53, the largest integer literal that names exactly one double. */
 static const char two53[] = "9007199254740992";
 
+/* The end of the run of digits at q. */
+static inline const unsigned char *digits_end(const unsigned char *q,
+                                              const unsigned char *end) {
+#ifdef HAVE_SWAR_DIGITS
+  uint64_t x;
+  while (end - q >= 8 && (memcpy(&x, q, 8), all_digits8(x))) q += 8;
+#endif
+  while (q < end && is_digit(*q)) q++;
+  return q;
+}
+
+/* Check the grammar of the number at *pp, read its digits in the same pass,
+** and write its canonical form. */
 static int parse_number(idem_canon *c, const unsigned char **pp,
                         const unsigned char *s, const unsigned char *end) {
-  const unsigned char *start = *pp, *q = start, *digits;
+  const unsigned char *start = *pp, *q = start, *digits, *e;
   char *w = c->out.p + c->out.len;
   char tmp[16];
+  decimal d = {0, 0, 0, 0, 0, 0};
   size_t nd;
   int is_int = 1;
-  if (*q == '-') q++;
+  if (*q == '-') d.neg = 1, q++;
   digits = q;
   if (q < end && *q == '0') {
     q++;
@@ -443,27 +484,34 @@ static int parse_number(idem_canon *c, const unsigned char **pp,
       return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                               "leading zero in a number");
   } else if (q < end && is_digit(*q)) {
-    while (q < end && is_digit(*q)) q++;
+    q = digits_end(q, end);
   } else
     return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                             "expected a digit, found %s",
                             show_byte(q, end, tmp));
   nd = (size_t)(q - digits);
-  if (q < end && *q == '.') {
+  if (q < end && (*q == '.' || (*q | 0x20) == 'e')) {
     is_int = 0;
+    add_digits(&d, digits, q, 0);
+  }
+  if (q < end && *q == '.') {
     if (++q >= end || !is_digit(*q))
       return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                               "expected a digit after '.'");
-    while (q < end && is_digit(*q)) q++;
+    e = digits_end(q, end);
+    add_digits(&d, q, e, 1);
+    q = e;
   }
   if (q < end && (*q | 0x20) == 'e') {
-    is_int = 0;
+    int eneg = 0;
     q++;
-    if (q < end && (*q == '+' || *q == '-')) q++;
+    if (q < end && (*q == '+' || *q == '-')) eneg = *q++ == '-';
     if (q >= end || !is_digit(*q))
       return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                               "expected a digit in the exponent");
-    while (q < end && is_digit(*q)) q++;
+    for (; q < end && is_digit(*q); q++)
+      if (d.ex < 100000000) d.ex = d.ex * 10 + (*q - '0');
+    d.e10 += eneg ? -d.ex : d.ex;
   }
   *pp = q;
   if (is_int) {
@@ -484,14 +532,14 @@ static int parse_number(idem_canon *c, const unsigned char **pp,
     return IDEM_OK;
   } else {
     double v;
-    int nonzero, rc = number_value(c, start, q, &v, &nonzero);
+    int rc = number_value(c, start, q, &d, &v);
     if (rc != IDEM_OK) return rc;
     if (isinf(v))
       return idem__canon_fail(c, IDEM_JSON_OVERFLOW, (size_t)(start - s),
                               "number %.*s%s overflows the double range",
                               (int)(q - start > 24 ? 24 : q - start),
                               (const char *)start, q - start > 24 ? "..." : "");
-    if (v == 0 && nonzero)
+    if (v == 0 && d.m != 0)
       return idem__canon_fail(c, IDEM_JSON_UNDERFLOW, (size_t)(start - s),
                               "non-zero number %.*s%s underflows to zero",
                               (int)(q - start > 24 ? 24 : q - start),
