@@ -76,6 +76,7 @@ static const char *show_byte(const unsigned char *p, const unsigned char *end,
 
 static inline const unsigned char *skip_ws(const unsigned char *p,
                                            const unsigned char *end) {
+  if (p < end && *p > ' ') return p; /* the common case: none */
   while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
   return p;
 }
@@ -259,16 +260,17 @@ static int parse_string(idem_canon *c, const unsigned char **pp,
         return IDEM_OK;
       }
       if (b >= 0x80) {
-        do { /* text in other scripts comes in runs: stay here */
+        const unsigned char *from = q;
+        do { /* text in other scripts comes in runs: check it, copy it once */
           size_t n = utf8_len(q, end);
           if (!n)
             return idem__canon_fail(c, IDEM_JSON_UTF8, (size_t)(q - s),
                                     "invalid UTF-8 byte 0x%02x in a string",
                                     *q);
-          memcpy(w, q, n);
-          w += n;
           q += n;
         } while (q < end && *q >= 0x80);
+        memcpy(w, from, (size_t)(q - from));
+        w += q - from;
         continue;
       }
       if (b < 0x20)
@@ -587,25 +589,16 @@ static inline int utf16_order(unsigned a, unsigned b) {
   return a < b ? -1 : 1;
 }
 
-/* Compare two member names (canonical strings in the output) by UTF-16 code
-** units of their decoded content. */
-static int name_cmp(const char *out, const idem__member *x,
-                    const idem__member *y) {
+/* name_cmp() past the first eight bytes, or when a name holds escapes. */
+static int name_cmp_rest(const char *out, const idem__member *x,
+                         const idem__member *y) {
   const unsigned char *a = (const unsigned char *)out + x->start + 1;
   const unsigned char *b = (const unsigned char *)out + y->start + 1;
   const unsigned char *ae = (const unsigned char *)out + x->colon - 1;
   const unsigned char *be = (const unsigned char *)out + y->colon - 1;
   if (!x->escaped && !y->escaped) {
     size_t la = (size_t)(ae - a), lb = (size_t)(be - b), n = la < lb ? la : lb;
-    size_t i = 0;
-    if (x->pfx != y->pfx) {
-      /* the first differing byte of the two prefixes (a 0 pad sorts first,
-      ** and unescaped names hold no 0 byte) */
-      int sh = 56;
-      while (((x->pfx ^ y->pfx) >> sh & 0xFF) == 0) sh -= 8;
-      return utf16_order((unsigned)(x->pfx >> sh) & 0xFF,
-                         (unsigned)(y->pfx >> sh) & 0xFF);
-    }
+    size_t i = 8 < n ? 8 : n; /* the prefixes are equal */
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     for (; i + 8 <= n; i += 8) { /* the lowest differing byte comes first */
@@ -627,6 +620,28 @@ static int name_cmp(const char *out, const idem__member *x,
     if (ca != cb) return utf16_order(ca, cb);
   }
   return a < ae ? 1 : b < be ? -1 : 0;
+}
+
+/*
+** Compare two member names (canonical strings in the output) by UTF-16 code
+** units of their decoded content.  Most comparisons end within the first
+** eight bytes, kept as a big-endian number in pfx: that test is inline.
+*/
+static inline int name_cmp(const char *out, const idem__member *x,
+                           const idem__member *y) {
+  if (x->pfx != y->pfx && !x->escaped && !y->escaped) {
+    /* the first differing byte of the two prefixes (a 0 pad sorts first,
+    ** and unescaped names hold no 0 byte) */
+#if defined(__GNUC__)
+    int sh = (63 - __builtin_clzll(x->pfx ^ y->pfx)) & ~7;
+#else
+    int sh = 56;
+    while (((x->pfx ^ y->pfx) >> sh & 0xFF) == 0) sh -= 8;
+#endif
+    return utf16_order((unsigned)(x->pfx >> sh) & 0xFF,
+                       (unsigned)(y->pfx >> sh) & 0xFF);
+  }
+  return name_cmp_rest(out, x, y);
 }
 
 /* Is the member's decoded name equal to the raw bytes [raw, raw+n)? */
@@ -680,6 +695,11 @@ int idem__canon_unstring(idem__buf *b, const char *canon, size_t n) {
   int rc;
   /* decoding never lengthens a string; +1 for the NUL */
   if ((rc = idem__buf_reserve(b, n + 1)) != IDEM_OK) return rc;
+  if (!memchr(p, '\\', (size_t)(end - p))) { /* the common case: no escape */
+    memcpy(b->p + b->len, p, (size_t)(end - p));
+    b->len += (size_t)(end - p);
+    p = end;
+  }
   while (p < end) b->p[b->len++] = (char)next_byte(&p);
   b->p[b->len++] = '\0';
   return IDEM_OK;
@@ -935,7 +955,14 @@ member:
       const unsigned char *nm = (const unsigned char *)c->out.p + m->start + 1;
       size_t nl = c->out.len - m->start - 2, i;
       uint64_t v = 0;
-      for (i = 0; i < 8; i++) v = v << 8 | (i < nl ? nm[i] : 0);
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+      if (nl >= 8) {
+        memcpy(&v, nm, 8);
+        v = __builtin_bswap64(v);
+      } else
+#endif
+        for (i = 0; i < 8; i++) v = v << 8 | (i < nl ? nm[i] : 0);
       m->pfx = v;
     }
     p = skip_ws(p, end);
