@@ -12,8 +12,10 @@
 ** and each error (with its absolute line number) appears on stderr after
 ** the output of the lines before it.
 **
-** A regular file is mapped rather than read (no copy through the kernel);
-** a pipe is read.  From a pipe, a line longer than the size limit is never
+** A regular file is mapped rather than read (no copy through the kernel),
+** and its blocks overlap: the calling thread writes one block's answers
+** while the workers run the next (two batches of slices alternate).  A
+** pipe is read, block after block.  From a pipe, a line longer than the size limit is never
 ** held whole: the reader skips to its newline and reports it.
 */
 #include <errno.h>
@@ -121,15 +123,24 @@ static size_t flush_slice(slice *s, size_t base) {
   return s->nerr;
 }
 
-/* Process the complete lines [data, data+len) on the workers and write
-** them; returns the number of lines, adds the rejected ones to *rejected. */
-static size_t process(const char *data, size_t len, slice *sl, int nw,
-                      size_t base, size_t *rejected, int *nomem) {
+/* One block's lines on the workers: its slices and their threads. */
+typedef struct batch {
+  slice sl[MAX_WORKERS];
   pthread_t th[MAX_WORKERS];
-  int started[MAX_WORKERS] = {0};
-  size_t lines = 0, off = 0;
-  int k, n = 0;
-  /* cut into nw slices at newline boundaries */
+  int started[MAX_WORKERS];
+  int n;
+} batch;
+
+/*
+** Cut the complete lines [data, data+len) into nw slices at newline
+** boundaries and start a thread for each; slice 0 runs here instead when
+** here is set (nobody else needs this thread meanwhile).
+*/
+static void batch_start(batch *b, const char *data, size_t len, int nw,
+                        int here) {
+  size_t off = 0;
+  int k;
+  b->n = 0;
   for (k = 0; k < nw && off < len; k++) {
     size_t want = (len - off) / (size_t)(nw - k), cut = off + want;
     const char *nl;
@@ -139,28 +150,46 @@ static size_t process(const char *data, size_t len, slice *sl, int nw,
       cut = (size_t)(nl - data) + 1;
     else
       cut = len;
-    sl[k].data = data + off;
-    sl[k].len = cut - off;
-    sl[k].lines = 0;
-    sl[k].out.len = 0;
-    sl[k].nerr = 0;
+    b->sl[k].data = data + off;
+    b->sl[k].len = cut - off;
+    b->sl[k].lines = 0;
+    b->sl[k].out.len = 0;
+    b->sl[k].nerr = 0;
     off = cut;
-    n++;
+    b->n++;
   }
-  for (k = 1; k < n; k++)
-    started[k] = pthread_create(&th[k], NULL, run_slice, &sl[k]) == 0;
-  run_slice(&sl[0]);
-  for (k = 1; k < n; k++) {
-    if (started[k])
-      pthread_join(th[k], NULL);
-    else
-      run_slice(&sl[k]); /* no thread: do it here */
+  for (k = here ? 1 : 0; k < b->n; k++)
+    b->started[k] = pthread_create(&b->th[k], NULL, run_slice, &b->sl[k]) == 0;
+  if (here && b->n) {
+    run_slice(&b->sl[0]);
+    b->started[0] = -1; /* done already */
   }
-  for (k = 0; k < n; k++) {
-    *rejected += flush_slice(&sl[k], base + lines);
-    lines += sl[k].lines;
-    if (sl[k].nomem) *nomem = 1;
+}
+
+/* Wait for a started batch; a slice that got no thread (started 0) runs
+** here. */
+static void batch_wait(batch *b) {
+  int k;
+  for (k = 0; k < b->n; k++) {
+    if (b->started[k] == 1)
+      pthread_join(b->th[k], NULL);
+    else if (b->started[k] == 0)
+      run_slice(&b->sl[k]);
   }
+}
+
+/* Write a finished batch (its lines numbered from base + 1); returns the
+** number of lines, adds the rejected ones to *rejected. */
+static size_t batch_flush(batch *b, size_t base, size_t *rejected,
+                          int *nomem) {
+  size_t lines = 0;
+  int k;
+  for (k = 0; k < b->n; k++) {
+    *rejected += flush_slice(&b->sl[k], base + lines);
+    lines += b->sl[k].lines;
+    if (b->sl[k].nomem) *nomem = 1;
+  }
+  b->n = 0;
   return lines;
 }
 
@@ -168,15 +197,20 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
                   int nstates) {
   size_t cap = BLOCK > max + 65536 ? BLOCK : max + 65536, have = 0;
   size_t base = 0, rejected = 0;
-  slice sl[MAX_WORKERS];
+  batch *bt = calloc(2, sizeof *bt);
   char *buf = malloc(cap);
-  int eof = 0, nomem = 0, rc = EXIT_OK, k;
+  int eof = 0, nomem = 0, rc = EXIT_OK, k, j;
   if (nstates > MAX_WORKERS) nstates = MAX_WORKERS;
-  memset(sl, 0, sizeof sl);
-  for (k = 0; k < nstates; k++) {
-    sl[k].fn = fn;
-    sl[k].state = states[k];
+  if (!bt) {
+    free(buf);
+    cli_err("out of memory");
+    return EXIT_FAIL;
   }
+  for (j = 0; j < 2; j++)
+    for (k = 0; k < nstates; k++) {
+      bt[j].sl[k].fn = fn;
+      bt[j].sl[k].state = states[k];
+    }
   if (!buf) {
     cli_err("out of memory");
     return EXIT_FAIL;
@@ -188,7 +222,12 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
         (map = mmap(NULL, (size_t)st.st_size, PROT_READ,
                     MAP_PRIVATE | MAP_POPULATE, fd, 0)) != MAP_FAILED) {
       size_t size = (size_t)st.st_size, pos = 0;
+      int cur = 0;
       madvise(map, size, MADV_SEQUENTIAL);
+      /* Two batches: while the workers run one block, this thread writes
+      ** the answers of the block before (so writing costs no wall time
+      ** but the last block's); it joins in when nothing waits to be
+      ** written. */
       while (pos < size && !nomem) {
         size_t end = size - pos > cap ? pos + cap : size, cut = end;
         if (end < size) { /* cut after the block's last newline */
@@ -198,10 +237,13 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
             cut = nl ? (size_t)(nl - map) + 1 : size;
           }
         }
-        base +=
-            process(map + pos, cut - pos, sl, nstates, base, &rejected, &nomem);
+        batch_start(&bt[cur], map + pos, cut - pos, nstates, bt[!cur].n == 0);
+        base += batch_flush(&bt[!cur], base, &rejected, &nomem);
+        batch_wait(&bt[cur]);
+        cur = !cur;
         pos = cut;
       }
+      base += batch_flush(&bt[!cur], base, &rejected, &nomem);
       munmap(map, size);
       if (nomem) {
         cli_err("out of memory");
@@ -253,7 +295,9 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
       }
       continue;
     }
-    base += process(buf, cut, sl, nstates, base, &rejected, &nomem);
+    batch_start(&bt[0], buf, cut, nstates, 1);
+    batch_wait(&bt[0]);
+    base += batch_flush(&bt[0], base, &rejected, &nomem);
     memmove(buf, buf + cut, have - cut);
     have -= cut;
     if (nomem) {
@@ -263,10 +307,12 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
     }
   }
 done:
-  for (k = 0; k < MAX_WORKERS; k++) {
-    free(sl[k].out.p);
-    free(sl[k].errs);
-  }
+  for (j = 0; j < 2; j++)
+    for (k = 0; k < MAX_WORKERS; k++) {
+      free(bt[j].sl[k].out.p);
+      free(bt[j].sl[k].errs);
+    }
+  free(bt);
   free(buf);
   if (cli_flush() != EXIT_OK) return EXIT_FAIL;
   if (rc) return rc;
