@@ -88,6 +88,7 @@ int cmd_call(int argc, char **argv) {
   idem_step *s = NULL;
   idem__tool_rule scratch;
   call_ctx x = {NULL, 0};
+  char missing[400];
   cli_driver d;
   int ch, code = EXIT_FAIL;
 
@@ -123,6 +124,12 @@ int cmd_call(int argc, char **argv) {
             "calls (run a command with idem exec)",
             policy_path, call.tool);
     code = EXIT_USAGE;
+    goto out;
+  }
+  /* libcurl before the guard begins: without it no record is written (the
+  ** call can be made again once it is installed) */
+  if (x.rule->has_http && cli_http_load(missing, sizeof missing)) {
+    cli_err("%s; nothing was sent", missing);
     goto out;
   }
   if (idem_guard_open(log, policy, &g) != IDEM_OK ||

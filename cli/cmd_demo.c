@@ -533,6 +533,7 @@ int cmd_demo(int argc, char **argv) {
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   const char *paysim = NULL, *tmp = getenv("TMPDIR");
+  char missing[400];
   demo d;
   long long t0 = mono_ms();
   ssize_t n;
@@ -551,6 +552,10 @@ int cmd_demo(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage("demo", "too many arguments");
   memset(&d, 0, sizeof d);
+  if (cli_http_load(missing, sizeof missing)) { /* the demo is HTTP calls */
+    cli_err("%s", missing);
+    return EXIT_FAIL;
+  }
   d.b = color ? "\033[1m" : "";
   d.g = color ? "\033[32m" : "";
   d.r = color ? "\033[31m" : "";

@@ -67,6 +67,10 @@ static int check_http(const idem_policy *p, idem_step *s, char **result) {
   st = idem__policy_rule(p, tool, &scratch);
   if (st == &scratch || !st->has_http) return outcome;
   args = idem_step_check_args(s, &alen);
+  if (cli_http_load(a.error, sizeof a.error)) { /* say why it stays unknown */
+    cli_err("status check %s: %s", tool, a.error);
+    return outcome;
+  }
   if (cli_http_request(&st->http, idem_step_check_key(s), args, alen,
                        idem_step_deadline_ms(s), &a) == 0 &&
       a.status >= 200 && a.status <= 299 && !a.truncated) {

@@ -7,17 +7,73 @@
 ** are not followed (a redirected POST is a different request); only http
 ** and https are spoken.  The whole request - connection, sending, waiting,
 ** reading - is bounded by the guard's deadline (CURLOPT_TIMEOUT_MS).
+**
+** libcurl is not linked: it brings some thirty libraries of its own that
+** every start of idem would load, though few commands make HTTP calls.
+** The first request loads "libcurl.so.4" (or the file $IDEM_LIBCURL names)
+** with dlopen and runs curl_global_init, once per process (src/dl.c), into
+** the table curl; the #defines after it send this file's curl_* calls
+** through the table.  Without it, `idem call` fails before its guard
+** begins (cli_http_load: no record, nothing sent), and a status check
+** over HTTP answers UNKNOWN (the action stays in doubt) with the reason.
 */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* curl.h wraps curl_easy_setopt and curl_easy_getinfo in macros (gcc's
+** type checks of the option's value) that call the functions by name; here
+** those names are table entries, so the wrappers go (they are #undef'd). */
+#define CURL_DISABLE_TYPECHECK
 #include <curl/curl.h>
 #include <jansson.h>
 
 #include "http.h"
 #include "idem_version.h"
+
+/* ---- libcurl, loaded on first use (src/dl.c) ------------------------------- */
+
+#define CURL_FUNCS(X)                                                          \
+  X(curl_global_init) X(curl_easy_init) X(curl_easy_setopt)                    \
+  X(curl_easy_perform) X(curl_easy_getinfo) X(curl_easy_strerror)              \
+  X(curl_easy_cleanup) X(curl_slist_append) X(curl_slist_free_all)
+
+static IDEM__DL_TABLE(CURL_FUNCS) curl;
+static const char *const curl_names[] = {CURL_FUNCS(IDEM__DL_NAME)};
+
+static int curl_init(char *err, size_t errn) {
+  if (curl.f.curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK) return 0;
+  snprintf(err, errn, "libcurl (curl_global_init failed)");
+  return -1;
+}
+
+static idem__dl_lib libcurl = {.name = "libcurl",
+                               .file = "libcurl.so.4",
+                               .env = "IDEM_LIBCURL",
+                               .package = "libcurl4",
+                               .names = curl_names,
+                               .sym = curl.sym,
+                               .n = sizeof curl_names / sizeof *curl_names,
+                               .init = curl_init};
+
+#undef curl_easy_setopt
+#undef curl_easy_getinfo
+#define curl_easy_init curl.f.curl_easy_init
+#define curl_easy_setopt curl.f.curl_easy_setopt
+#define curl_easy_perform curl.f.curl_easy_perform
+#define curl_easy_getinfo curl.f.curl_easy_getinfo
+#define curl_easy_strerror curl.f.curl_easy_strerror
+#define curl_easy_cleanup curl.f.curl_easy_cleanup
+#define curl_slist_append curl.f.curl_slist_append
+#define curl_slist_free_all curl.f.curl_slist_free_all
+
+int cli_http_load(char *err, size_t errn) {
+  const char *missing = idem__dl_need(&libcurl);
+  if (!missing) return 0;
+  snprintf(err, errn, "HTTP tools need %s", missing);
+  return -1;
+}
 
 /* ---- templates ------------------------------------------------------------- */
 
@@ -218,14 +274,6 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud) {
   return size * n; /* keep reading (and discarding) past the limit */
 }
 
-static void curl_once(void) {
-  static int done;
-  if (!done) {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    done = 1;
-  }
-}
-
 int cli_http_request(const idem__http_rule *h, const char *key,
                      const char *args, size_t args_len, long long timeout_ms,
                      cli_http_answer *a) {
@@ -238,6 +286,10 @@ int cli_http_request(const idem__http_rule *h, const char *key,
   int failed = 0;
 
   memset(a, 0, sizeof *a);
+  if (cli_http_load(a->error, sizeof a->error)) {
+    a->outcome = IDEM_OUTCOME_NOT_APPLIED; /* nothing sent; may work later */
+    return -1;
+  }
   a->outcome = IDEM_OUTCOME_REJECTED;
   url =
       cli_http_fill(h->url, 1, args, args_len, key, a->error, sizeof a->error);
@@ -267,7 +319,6 @@ int cli_http_request(const idem__http_rule *h, const char *key,
   if (!(nh = curl_slist_append(hdrs, "Expect:"))) goto nomem;
   hdrs = nh;
 
-  curl_once();
   if (!(e = curl_easy_init())) goto nomem;
   cerr[0] = '\0';
   curl_easy_setopt(e, CURLOPT_URL, url);

@@ -45,10 +45,17 @@ char *cli_http_fill(const char *tmpl, int url, const char *args,
 void cli_http_classify(const idem__http_rule *h, int sent, int failed,
                        const char *transport_error, cli_http_answer *a);
 
+/* Load libcurl (once per process, thread-safe; src/dl.c): 0, or -1 with
+** err saying what is missing and what to install ("HTTP tools need libcurl
+** (...); install the package libcurl4").  cli_http_request loads it too;
+** callers check first to fail before anything is written. */
+int cli_http_load(char *err, size_t errn);
+
 /* Make the request of tool rule h with the key and arguments, within
 ** timeout_ms; a is filled (free a->body).  Returns 0, or -1 when the
 ** request could not even be built (a->error says why; nothing was sent,
-** a->outcome is REJECTED: the same call would fail the same way). */
+** a->outcome is REJECTED: the same call would fail the same way - or
+** NOT_APPLIED when libcurl could not be loaded). */
 int cli_http_request(const idem__http_rule *h, const char *key,
                      const char *args, size_t args_len, long long timeout_ms,
                      cli_http_answer *a);

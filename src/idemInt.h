@@ -410,6 +410,43 @@ int idem__owner_alive(const char *owner);
 /* SIGKILL this process if IDEM_CRASH_AT names this point (SPEC §11). */
 void idem__crash_point(const char *name);
 
+/* ---- dl.c: optional libraries, loaded on first use ----------------------- */
+
+/* A library that a module loads with dlopen() (the pattern is in dl.c). */
+typedef struct idem__dl_lib {
+  const char *name;    /* for messages: "libpq"                          */
+  const char *file;    /* what dlopen() loads: "libpq.so.5"              */
+  const char *env;     /* a variable naming another file: "IDEM_LIBPQ"   */
+  const char *package; /* what to install when it is missing: "libpq5"   */
+  const char *const *names; /* the functions to look up, n of them      */
+  void **sym;               /* where their addresses go (a table's .sym) */
+  size_t n;
+  /* run once after loading (curl_global_init): 0, or -1 with the reason */
+  int (*init)(char *err, size_t errn);
+  int tried;          /* dl.c's, under its lock: loading was tried     */
+  char missing[300];  /* why the library cannot be used; "" when it can */
+} idem__dl_lib;
+
+/* NULL when lib is loaded, else why not, to follow "needs ": "libpq
+** (libpq.so.5: cannot open shared object file: ...); install the package
+** libpq5".  The first call loads it; thread-safe; the outcome is kept. */
+const char *idem__dl_need(idem__dl_lib *lib);
+
+/* The table of a library's functions that FUNCS(X) lists: .f.NAME is a
+** pointer of the function's own type, .sym the same pointers as dl.c
+** fills them (the POSIX rule that makes dlsym work: a function pointer and
+** a void * have one representation). */
+#define IDEM__DL_TABLE(FUNCS)                                                  \
+  union {                                                                      \
+    struct {                                                                   \
+      FUNCS(IDEM__DL_FIELD)                                                    \
+    } f;                                                                       \
+    void *sym[0 FUNCS(IDEM__DL_ONE)];                                          \
+  }
+#define IDEM__DL_FIELD(f) __typeof__(f) *f;
+#define IDEM__DL_ONE(f) +1
+#define IDEM__DL_NAME(f) #f,
+
 /* ---- guard.c: shared with the command ------------------------------------ */
 
 /* The attempt log when none is named: $IDEM_LOG, else

@@ -106,6 +106,17 @@
 ** (begin) or answers without claiming an outcome, and the record, if it
 ** was written, is settled by reconciliation - never executed twice.
 **
+** LIBPQ, LOADED ON FIRST USE
+**
+** libpq is not linked: it brings some thirty libraries of its own (Kerberos,
+** LDAP, SASL, ...) that every process using libidem would load at start.
+** The first postgres:// open loads "libpq.so.5" (or the file $IDEM_LIBPQ
+** names) with dlopen, once per process (src/dl.c), into the table pq; the
+** #defines after it send this file's PQ* calls through the table.  Without
+** it, or with a libpq older than 14 (no pipeline mode), opening fails
+** IDEM_STORE with a message naming what is missing and the package
+** (libpq5) to install - the store's answer to a server it cannot reach.
+**
 ** THREADS AND PROCESSES
 **
 ** libpq connections are not shared between threads: the store keeps a
@@ -136,6 +147,62 @@
 
 #include "cols.h"
 #include "idemInt.h"
+
+/* ---- libpq, loaded on first use (see LIBPQ above, and src/dl.c) ----------- */
+
+#define PQ_FUNCS(X)                                                            \
+  X(PQclear) X(PQcmdTuples) X(PQconnectPoll) X(PQconnectStartParams)           \
+  X(PQconninfoFree) X(PQconninfoParse) X(PQenterPipelineMode)                  \
+  X(PQerrorMessage) X(PQexec) X(PQexecParams) X(PQexecPrepared)                \
+  X(PQexitPipelineMode) X(PQfinish) X(PQfreemem) X(PQgetResult)                \
+  X(PQgetisnull) X(PQgetvalue) X(PQntuples) X(PQpipelineStatus)                \
+  X(PQpipelineSync) X(PQprepare) X(PQresultErrorField)                         \
+  X(PQresultErrorMessage) X(PQresultStatus) X(PQsendPrepare)                   \
+  X(PQsendQueryPrepared) X(PQserverVersion) X(PQsetNoticeReceiver)             \
+  X(PQsetSingleRowMode) X(PQsocket) X(PQstatus) X(PQtransactionStatus)
+
+static IDEM__DL_TABLE(PQ_FUNCS) pq;
+static const char *const pq_names[] = {PQ_FUNCS(IDEM__DL_NAME)};
+static idem__dl_lib libpq = {.name = "libpq",
+                             .file = "libpq.so.5",
+                             .env = "IDEM_LIBPQ",
+                             .package = "libpq5, version 14 or later",
+                             .names = pq_names,
+                             .sym = pq.sym,
+                             .n = sizeof pq_names / sizeof *pq_names};
+
+#define PQclear pq.f.PQclear
+#define PQcmdTuples pq.f.PQcmdTuples
+#define PQconnectPoll pq.f.PQconnectPoll
+#define PQconnectStartParams pq.f.PQconnectStartParams
+#define PQconninfoFree pq.f.PQconninfoFree
+#define PQconninfoParse pq.f.PQconninfoParse
+#define PQenterPipelineMode pq.f.PQenterPipelineMode
+#define PQerrorMessage pq.f.PQerrorMessage
+#define PQexec pq.f.PQexec
+#define PQexecParams pq.f.PQexecParams
+#define PQexecPrepared pq.f.PQexecPrepared
+#define PQexitPipelineMode pq.f.PQexitPipelineMode
+#define PQfinish pq.f.PQfinish
+#define PQfreemem pq.f.PQfreemem
+#define PQgetResult pq.f.PQgetResult
+#define PQgetisnull pq.f.PQgetisnull
+#define PQgetvalue pq.f.PQgetvalue
+#define PQntuples pq.f.PQntuples
+#define PQpipelineStatus pq.f.PQpipelineStatus
+#define PQpipelineSync pq.f.PQpipelineSync
+#define PQprepare pq.f.PQprepare
+#define PQresultErrorField pq.f.PQresultErrorField
+#define PQresultErrorMessage pq.f.PQresultErrorMessage
+#define PQresultStatus pq.f.PQresultStatus
+#define PQsendPrepare pq.f.PQsendPrepare
+#define PQsendQueryPrepared pq.f.PQsendQueryPrepared
+#define PQserverVersion pq.f.PQserverVersion
+#define PQsetNoticeReceiver pq.f.PQsetNoticeReceiver
+#define PQsetSingleRowMode pq.f.PQsetSingleRowMode
+#define PQsocket pq.f.PQsocket
+#define PQstatus pq.f.PQstatus
+#define PQtransactionStatus pq.f.PQtransactionStatus
 
 #define PG_MAGIC 0x1de3b90fu
 #define APP_LOCK 0x6964656d /* "idem" */
@@ -990,6 +1057,7 @@ static unsigned long long random_base(void) {
 
 int idem__pg_open(const char *url, idem__store **out) {
   char shown[300], *err = NULL;
+  const char *missing;
   PQconninfoOption *opts, *o;
   pg_store *s;
   conn *c = NULL;
@@ -999,6 +1067,9 @@ int idem__pg_open(const char *url, idem__store **out) {
   if (!out) return IDEM_MISUSE;
   *out = NULL;
   idem__store_shown_url(url, shown, sizeof shown);
+  if ((missing = idem__dl_need(&libpq)) != NULL)
+    return idem__store_fail(out, IDEM_STORE, "attempt log \"%.200s\" needs %s",
+                            shown, missing);
   /* libpq's own parse: bad strings fail here, and the password is known */
   if (!(opts = PQconninfoParse(url, &err))) {
     rc = idem__store_fail(out, IDEM_INVALID,
