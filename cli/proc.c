@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
@@ -23,6 +24,32 @@
 #include "cli.h"
 
 extern char **environ;
+
+/*
+** write() to a pipe whose reader may be gone (a command that does not read
+** its input, or has exited) without dying of SIGPIPE: the signal is
+** blocked in this thread for the write, and one that the write raised is
+** taken back before the mask is restored.  The caller sees EPIPE.  (The
+** process's disposition is left alone: `idem ... | head` still ends
+** quietly.)
+*/
+static ssize_t write_pipe(int fd, const void *p, size_t n) {
+  sigset_t pipe_set, old, pending;
+  struct timespec zero = {0, 0};
+  ssize_t w;
+  int e;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  w = write(fd, p, n);
+  e = errno;
+  if (w < 0 && e == EPIPE && !sigismember(&old, SIGPIPE) &&
+      sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
+    sigtimedwait(&pipe_set, NULL, &zero);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  errno = e;
+  return w;
+}
 
 static long long mono_ms(void) {
   struct timespec ts;
@@ -86,7 +113,7 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
     for (int i = 0; i < n; i++) {
       if (!pf[i].revents) continue;
       if (pf[i].fd == in[1]) {
-        ssize_t w = write(in[1], o->input + sent, o->input_len - sent);
+        ssize_t w = write_pipe(in[1], o->input + sent, o->input_len - sent);
         if (w > 0) sent += (size_t)w;
         if ((w < 0 && errno != EAGAIN) || sent == o->input_len) {
           close(in[1]); /* done, or the command does not read: fine */

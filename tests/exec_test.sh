@@ -90,6 +90,19 @@ has "reconciled" "$out" '"status":"succeeded"'
 has "reconciled result" "$out" '"applied":true'
 expect "reconciled: one refund" 1 "$(applied)"
 
+# a status check that does not read its input (the arguments, here larger
+# than a pipe holds): idem must not die of SIGPIPE while it writes them
+: > "$LEDGER"
+big=$(head -c 300000 /dev/zero | tr '\0' x)
+printf '{"order_id":"ord_big","note":"%s"}' "$big" >"$T/big.json"
+out=$(REFUND_MODE=crash "$IDEM" exec --log "sqlite:$T/big.db" --session sess_1 \
+  --call big_1 --tool refund_payment --args - --status "$STATUS" -- "$TOOL" \
+  <"$T/big.json")
+code=$?
+expect "unread status input: exit" 0 "$code"
+has "unread status input: reconciled" "$out" '"status":"succeeded"'
+expect "unread status input: one refund" 1 "$(applied)"
+
 # a timeout without a status check: outcome_unknown, the fence, the late
 # result, already_applied, then a real repeat
 : > "$LEDGER"
