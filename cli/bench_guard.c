@@ -85,7 +85,10 @@ static double fdatasync_us(const char *dir, int n) {
 }
 
 /* One INSERT of a 300-byte row per WAL transaction, synchronous=FULL: the
-** median commit, in microseconds (-1 when SQLite fails). */
+** median commit, in microseconds (-1 when SQLite fails).  The steady state,
+** as a long-lived log sees it: a first pass (untimed) grows the WAL, a
+** checkpoint restarts it, and the timed pass overwrites blocks the file
+** already has (a commit that grows the file also syncs its size). */
 static double sqlite_commit_us(const char *dir, int n) {
   char path[4200];
   sqlite3 *db = NULL;
@@ -100,7 +103,7 @@ static double sqlite_commit_us(const char *dir, int n) {
                    NULL, NULL, NULL) == SQLITE_OK &&
       sqlite3_prepare_v2(db, "INSERT INTO t VALUES(?1, printf('%.300c', 'x'))",
                          -1, &ins, NULL) == SQLITE_OK) {
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < 2 * n; i++) {
       double t0 = mono();
       int ok = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) ==
                    SQLITE_OK &&
@@ -109,9 +112,14 @@ static double sqlite_commit_us(const char *dir, int n) {
                sqlite3_reset(ins) == SQLITE_OK &&
                sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
       if (!ok) break;
-      t[i] = (mono() - t0) * 1e6;
+      if (i >= n)
+        t[i - n] = (mono() - t0) * 1e6;
+      else if (i == n - 1 &&
+               sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_RESTART,
+                                         NULL, NULL) != SQLITE_OK)
+        break;
     }
-    if (i == n) m = median(t, (size_t)n);
+    if (i == 2 * n) m = median(t, (size_t)n);
   }
   sqlite3_finalize(ins);
   sqlite3_close(db);
