@@ -105,12 +105,11 @@ static double sqlite_commit_us(const char *dir, int n) {
                          -1, &ins, NULL) == SQLITE_OK) {
     for (i = 0; i < 2 * n; i++) {
       double t0 = mono();
-      int ok = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) ==
-                   SQLITE_OK &&
-               sqlite3_bind_int(ins, 1, i) == SQLITE_OK &&
-               sqlite3_step(ins) == SQLITE_DONE &&
-               sqlite3_reset(ins) == SQLITE_OK &&
-               sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+      int ok =
+          sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK &&
+          sqlite3_bind_int(ins, 1, i) == SQLITE_OK &&
+          sqlite3_step(ins) == SQLITE_DONE && sqlite3_reset(ins) == SQLITE_OK &&
+          sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
       if (!ok) break;
       if (i >= n)
         t[i - n] = (mono() - t0) * 1e6;

@@ -15,8 +15,8 @@
 ** A regular file is mapped rather than read (no copy through the kernel),
 ** and its blocks overlap: the calling thread writes one block's answers
 ** while the workers run the next (two batches of slices alternate).  A
-** pipe is read, block after block.  From a pipe, a line longer than the size limit is never
-** held whole: the reader skips to its newline and reports it.
+** pipe is read, block after block; a line longer than the size limit is
+** then never held whole: the reader skips to its newline and reports it.
 */
 #include <errno.h>
 #include <pthread.h>
@@ -180,8 +180,7 @@ static void batch_wait(batch *b) {
 
 /* Write a finished batch (its lines numbered from base + 1); returns the
 ** number of lines, adds the rejected ones to *rejected. */
-static size_t batch_flush(batch *b, size_t base, size_t *rejected,
-                          int *nomem) {
+static size_t batch_flush(batch *b, size_t base, size_t *rejected, int *nomem) {
   size_t lines = 0;
   int k;
   for (k = 0; k < b->n; k++) {
@@ -201,7 +200,8 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
   char *buf = malloc(cap);
   int eof = 0, nomem = 0, rc = EXIT_OK, k, j;
   if (nstates > MAX_WORKERS) nstates = MAX_WORKERS;
-  if (!bt) {
+  if (!bt || !buf) {
+    free(bt);
     free(buf);
     cli_err("out of memory");
     return EXIT_FAIL;
@@ -211,10 +211,6 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
       bt[j].sl[k].fn = fn;
       bt[j].sl[k].state = states[k];
     }
-  if (!buf) {
-    cli_err("out of memory");
-    return EXIT_FAIL;
-  }
   {
     struct stat st;
     char *map;

@@ -1,12 +1,12 @@
 /*
 ** mcp_call.c - guarded tools/call in `idem mcp` (SPEC §10): each call walks
-** the guard's two-phase API (include/idem.h).  Every step that touches the
-** attempt log runs as a job on a worker thread; the loop (cmd_mcp.c) gets
-** the finished job back and asks the step what next:
-** EXECUTE sends the call to the server and arms its deadline, CHECK calls
-** the status tool (or runs the status command on a worker), WAIT arms a
-** timer, ANSWER writes the client's tool result and marks it delivered.
-** A lone call's steps run on the loop itself instead (step()).  One call
+** the guard's two-phase API (include/idem.h).  While other guarded calls
+** are in flight, every step that touches the attempt log runs as a job on
+** a worker thread; a lone call's steps run on the loop itself (step()).
+** Either way the loop (cmd_mcp.c) then asks the step what next: EXECUTE
+** sends the call to the server and arms its deadline, CHECK calls the
+** status tool (or runs the status command on a worker), WAIT arms a timer,
+** ANSWER writes the client's tool result and marks it delivered.  One call
 ** has at most one job or one server request outstanding, so a step is only
 ** ever used by one thread at a time.
 */

@@ -76,7 +76,7 @@ static const char *show_byte(const unsigned char *p, const unsigned char *end,
 
 static inline const unsigned char *skip_ws(const unsigned char *p,
                                            const unsigned char *end) {
-  if (p < end && *p > ' ') return p; /* the common case: none */
+  if (p < end && ' ' < *p) return p; /* the common case: none */
   while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
   return p;
 }
@@ -349,8 +349,8 @@ static inline int64_t eight_digits(const unsigned char *p) {
   memcpy(&x, p, 8);
   if (!all_digits8(x)) return -1;
   x -= 0x3030303030303030u;
-  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFu;     /* 4 x 2 digits */
-  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFu;   /* 2 x 4 digits */
+  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFu;           /* 4 x 2 digits */
+  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFu;         /* 2 x 4 digits */
   return (int64_t)((x * 10000 + (x >> 32)) & 0xFFFFFFFFu); /* 8 digits */
 }
 #endif
