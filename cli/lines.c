@@ -4,10 +4,11 @@
 **
 ** The input is read in large blocks.  Each block is cut at its last newline
 ** (the tail waits for the next block) and the complete lines are split into
-** one slice per worker, at newline boundaries.  The workers - the calling
-** thread and cli_workers() - 1 others, each with its own state (an
-** idem_canon handle) - turn their slices into output and error lists; then
-** the calling thread writes the slices in order.  So the output is exactly
+** chunks (slices) at newline boundaries, eight per worker.  The workers -
+** the calling thread and cli_workers() - 1 others, each with its own state
+** (an idem_canon handle) - take the chunks one after the other and turn
+** each into output and error lists; then the calling thread writes the
+** chunks in order.  So the output is exactly
 ** what a sequential loop would print: line N's answer is output line N,
 ** and each error (with its absolute line number) appears on stderr after
 ** the output of the lines before it.
@@ -20,6 +21,7 @@
 */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -30,6 +32,8 @@
 
 #define BLOCK ((size_t)8 << 20)
 #define MAX_WORKERS 16
+#define CHUNKS_PER_WORKER 8 /* a block's chunks: enough to even out */
+#define MAX_CHUNKS (MAX_WORKERS * CHUNKS_PER_WORKER)
 
 typedef struct line_err {
   size_t line;   /* within the slice, from 0 */
@@ -45,8 +49,6 @@ typedef struct slice {
   line_err *errs;
   size_t nerr, cap_err;
   int nomem;
-  cli_line_fn fn;
-  void *state;
 } slice;
 
 int cli_workers(void) {
@@ -91,13 +93,12 @@ static void add_err(slice *s, size_t line, const char *msg) {
   if (!e->msg) s->nomem = 1;
 }
 
-static void *run_slice(void *arg) {
-  slice *s = arg;
+static void run_slice(slice *s, cli_line_fn fn, void *state) {
   const char *p = s->data, *end = s->data + s->len;
   while (p < end) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
-    const char *msg = s->fn(s->state, p, len, &s->out);
+    const char *msg = fn(state, p, len, &s->out);
     if (msg) {
       add_err(s, s->lines, msg);
       if (cli_outbuf_put(&s->out, "\n", 1)) s->nomem = 1;
@@ -105,7 +106,6 @@ static void *run_slice(void *arg) {
     s->lines++;
     p += len + (nl != NULL);
   }
-  return NULL;
 }
 
 /* Write slice s (its lines numbered from base + 1); the count of errors. */
@@ -123,28 +123,49 @@ static size_t flush_slice(slice *s, size_t base) {
   return s->nerr;
 }
 
-/* One block's lines on the workers: its slices and their threads. */
-typedef struct batch {
-  slice sl[MAX_WORKERS];
-  pthread_t th[MAX_WORKERS];
-  int started[MAX_WORKERS];
-  int n;
-} batch;
-
 /*
-** Cut the complete lines [data, data+len) into nw slices at newline
-** boundaries and start a thread for each; slice 0 runs here instead when
-** here is set (nobody else needs this thread meanwhile).
+** One block's lines: cut into chunks (slices) at newline boundaries, which
+** the workers take one after the other until none is left, so a worker
+** that gets the cheap lines takes more of them and nobody waits for the
+** slowest (equal cuts left the faster worker idle for ~20% of a block).
+** Worker 0 is the calling thread; each worker has its own state.
 */
-static void batch_start(batch *b, const char *data, size_t len, int nw,
-                        int here) {
+typedef struct batch batch;
+typedef struct worker {
+  batch *b;
+  void *state;
+  pthread_t th;
+  int started;
+} worker;
+
+struct batch {
+  slice sl[MAX_CHUNKS];
+  int n;           /* chunks */
+  atomic_int next; /* the next chunk to take */
+  cli_line_fn fn;
+  worker wk[MAX_WORKERS];
+  int nw;
+};
+
+static void *run_worker(void *arg) {
+  worker *w = arg;
+  batch *b = w->b;
+  int i;
+  while ((i = atomic_fetch_add(&b->next, 1)) < b->n)
+    run_slice(&b->sl[i], b->fn, w->state);
+  return NULL;
+}
+
+/* Cut the complete lines [data, data+len) into chunks and start workers
+** 1..nw-1 on them; the caller is worker 0 (batch_run). */
+static void batch_start(batch *b, const char *data, size_t len) {
   size_t off = 0;
-  int k;
+  int k, want = b->nw * CHUNKS_PER_WORKER;
   b->n = 0;
-  for (k = 0; k < nw && off < len; k++) {
-    size_t want = (len - off) / (size_t)(nw - k), cut = off + want;
+  for (k = 0; k < want && off < len; k++) {
+    size_t cut = off + (len - off) / (size_t)(want - k);
     const char *nl;
-    if (k == nw - 1 || cut >= len)
+    if (k == want - 1 || cut >= len)
       cut = len;
     else if ((nl = memchr(data + cut, '\n', len - cut)) != NULL)
       cut = (size_t)(nl - data) + 1;
@@ -158,24 +179,23 @@ static void batch_start(batch *b, const char *data, size_t len, int nw,
     off = cut;
     b->n++;
   }
-  for (k = here ? 1 : 0; k < b->n; k++)
-    b->started[k] = pthread_create(&b->th[k], NULL, run_slice, &b->sl[k]) == 0;
-  if (here && b->n) {
-    run_slice(&b->sl[0]);
-    b->started[0] = -1; /* done already */
-  }
+  atomic_store(&b->next, 0);
+  for (k = 1; k < b->nw; k++)
+    b->wk[k].started =
+        pthread_create(&b->wk[k].th, NULL, run_worker, &b->wk[k]) == 0;
 }
 
-/* Wait for a started batch; a slice that got no thread (started 0) runs
-** here. */
-static void batch_wait(batch *b) {
+/* Work on a started batch as worker 0 until its chunks are taken, then
+** wait for the others.  (A worker that got no thread leaves its share to
+** the rest.) */
+static void batch_run(batch *b) {
   int k;
-  for (k = 0; k < b->n; k++) {
-    if (b->started[k] == 1)
-      pthread_join(b->th[k], NULL);
-    else if (b->started[k] == 0)
-      run_slice(&b->sl[k]);
-  }
+  run_worker(&b->wk[0]);
+  for (k = 1; k < b->nw; k++)
+    if (b->wk[k].started) {
+      pthread_join(b->wk[k].th, NULL);
+      b->wk[k].started = 0;
+    }
 }
 
 /* Write a finished batch (its lines numbered from base + 1); returns the
@@ -206,11 +226,14 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
     cli_err("out of memory");
     return EXIT_FAIL;
   }
-  for (j = 0; j < 2; j++)
+  for (j = 0; j < 2; j++) {
+    bt[j].fn = fn;
+    bt[j].nw = nstates;
     for (k = 0; k < nstates; k++) {
-      bt[j].sl[k].fn = fn;
-      bt[j].sl[k].state = states[k];
+      bt[j].wk[k].b = &bt[j];
+      bt[j].wk[k].state = states[k];
     }
+  }
   {
     struct stat st;
     char *map;
@@ -220,10 +243,9 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
       size_t size = (size_t)st.st_size, pos = 0;
       int cur = 0;
       madvise(map, size, MADV_SEQUENTIAL);
-      /* Two batches: while the workers run one block, this thread writes
-      ** the answers of the block before (so writing costs no wall time
-      ** but the last block's); it joins in when nothing waits to be
-      ** written. */
+      /* Two batches: while the other workers start on one block, this
+      ** thread writes the answers of the block before, then joins them
+      ** (so writing costs little wall time but the last block's). */
       while (pos < size && !nomem) {
         size_t end = size - pos > cap ? pos + cap : size, cut = end;
         if (end < size) { /* cut after the block's last newline */
@@ -233,9 +255,9 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
             cut = nl ? (size_t)(nl - map) + 1 : size;
           }
         }
-        batch_start(&bt[cur], map + pos, cut - pos, nstates, bt[!cur].n == 0);
+        batch_start(&bt[cur], map + pos, cut - pos);
         base += batch_flush(&bt[!cur], base, &rejected, &nomem);
-        batch_wait(&bt[cur]);
+        batch_run(&bt[cur]);
         cur = !cur;
         pos = cut;
       }
@@ -291,8 +313,8 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
       }
       continue;
     }
-    batch_start(&bt[0], buf, cut, nstates, 1);
-    batch_wait(&bt[0]);
+    batch_start(&bt[0], buf, cut);
+    batch_run(&bt[0]);
     base += batch_flush(&bt[0], base, &rejected, &nomem);
     memmove(buf, buf + cut, have - cut);
     have -= cut;
@@ -304,7 +326,7 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
   }
 done:
   for (j = 0; j < 2; j++)
-    for (k = 0; k < MAX_WORKERS; k++) {
+    for (k = 0; k < MAX_CHUNKS; k++) {
       free(bt[j].sl[k].out.p);
       free(bt[j].sl[k].errs);
     }
