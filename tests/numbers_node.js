@@ -1,0 +1,82 @@
+#!/usr/bin/env node
+// numbers_node.js - number literals through `idem canon --lines`, against
+// JavaScript's own JSON.parse + JSON.stringify (what RFC 8785 prescribes).
+//
+//   node tests/numbers_node.js IDEM_BINARY [COUNT] [SEED]
+//
+// Makes COUNT literals from a seeded generator, in every layout the JSON
+// grammar allows: integers of 1-23 digits (past 2^53 too), fractions with
+// runs of leading zeros (which the reader skips eight at a time) and up to
+// 30 fraction digits (more than the 19 it keeps), exponents up to 330 in
+// either direction, both signs.  Each line's answer must be the one
+// JSON.stringify gives, or an empty line (a rejection) exactly where RFC
+// 8785 / SPEC §4 refuse the literal: infinite, a non-zero that underflows
+// to 0, or an integer literal beyond 2^53.
+'use strict';
+
+const { spawnSync } = require('child_process');
+
+const idem = process.argv[2];
+const count = Number(process.argv[3] || 300000);
+let seed = Number(process.argv[4] || 7) >>> 0;
+
+function rand() { // xorshift32: the same literals on every run
+  seed ^= seed << 13; seed >>>= 0;
+  seed ^= seed >>> 17;
+  seed ^= seed << 5; seed >>>= 0;
+  return seed / 4294967296;
+}
+const digits = (n) => { let s = ''; for (let i = 0; i < n; i++) s += Math.floor(rand() * 10); return s; };
+const pick = (a) => a[Math.floor(rand() * a.length)];
+
+const lines = [];
+for (let i = 0; i < count; i++) {
+  let s = rand() < 0.3 ? '-' : '';
+  s += rand() < 0.2 ? '0' : String(1 + Math.floor(rand() * 9)) + digits(Math.floor(rand() * 23));
+  if (rand() < 0.7) s += '.' + '0'.repeat(pick([0, 0, 0, 1, 3, 8, 12, 20])) + digits(1 + Math.floor(rand() * 30));
+  if (rand() < 0.4) s += pick(['e', 'E']) + pick(['', '+', '-']) + Math.floor(rand() * 331);
+  lines.push(s);
+}
+
+function expected(text) {
+  const v = JSON.parse(text);
+  const mantissa = text.split(/[eE]/)[0];
+  if (!Number.isFinite(v)) return ''; // overflow
+  if (v === 0 && /[1-9]/.test(mantissa)) return ''; // underflow
+  if (!/[.eE]/.test(text) && Math.abs(v) > 2 ** 53) return ''; // beyond 2^53
+  // exactly 2^53 as an integer literal is allowed only when it is written so
+  if (!/[.eE]/.test(text) && Math.abs(v) === 2 ** 53 && text.replace('-', '') !== '9007199254740992') return '';
+  return JSON.stringify(v);
+}
+
+const r = spawnSync(idem, ['canon', '--lines'], {
+  input: lines.join('\n') + '\n', maxBuffer: 1 << 30, encoding: 'utf8',
+});
+if (r.error) { console.log(`cannot run ${idem}: ${r.error.message}`); process.exit(1); }
+const got = r.stdout.split('\n');
+got.pop();
+let failed = 0;
+if (got.length !== lines.length) {
+  console.log(`${got.length} output lines for ${lines.length} literals`);
+  failed++;
+}
+let rejected = 0;
+for (let i = 0; i < lines.length && i < got.length; i++) {
+  const want = expected(lines[i]);
+  if (want === '') rejected++;
+  if (got[i] !== want) {
+    if (failed < 20) console.log(`literal ${lines[i]}: idem "${got[i]}", JavaScript "${want}"`);
+    failed++;
+  }
+}
+const errs = r.stderr.split('\n').filter((l) => l !== '').length;
+if (errs !== rejected) {
+  console.log(`${errs} errors on stderr for ${rejected} refused literals`);
+  failed++;
+}
+if (r.status !== (rejected ? 65 : 0)) {
+  console.log(`exit ${r.status}, want ${rejected ? 65 : 0}`);
+  failed++;
+}
+console.log(`${lines.length - failed} passed, ${failed} failed (${rejected} refused as RFC 8785 asks)`);
+process.exit(failed ? 1 : 0);
