@@ -41,6 +41,13 @@
 
 #include "idemInt.h"
 
+/* Word-at-a-time tricks (eight bytes in a uint64_t, GCC's bit builtins)
+** where the byte order is known to be little-endian; plain loops elsewhere. */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define CANON_SWAR 1
+#endif
+
 /* ---- errors --------------------------------------------------------------- */
 
 int idem__canon_fail(idem_canon *c, int code, size_t off, const char *fmt,
@@ -136,8 +143,7 @@ static inline size_t copy_run(const unsigned char *q, const unsigned char *end,
 static inline size_t copy_run(const unsigned char *q, const unsigned char *end,
                               char *w) {
   const unsigned char *p = q;
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#ifdef CANON_SWAR
   const uint64_t ones = 0x0101010101010101u, high = 0x8080808080808080u;
   while (end - p >= 8) {
     uint64_t x, q1, b1, m;
@@ -330,28 +336,26 @@ static void c_locale_init(void) {
 }
 
 /*
-** Eight ASCII digits at p as a number, or -1 when they are not all digits.
-** Little-endian SWAR: the digit test adds 6 to each byte (a digit stays
-** below 0x40 only if it was at most '9'), then three multiply-shift rounds
-** combine pairs, quads and the two halves.
+** all_digits8: are the eight bytes of x (little-endian) all ASCII digits?
+** Adding 6 to each byte keeps a digit below 0x40 only if it was at most
+** '9'.  eight_digits: the eight digits at p (the caller has seen that they
+** are) as a number, in three multiply-shift rounds that combine pairs,
+** quads and the two halves.
 */
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define HAVE_SWAR_DIGITS 1
+#ifdef CANON_SWAR
 static inline int all_digits8(uint64_t x) {
   return ((x & 0xF0F0F0F0F0F0F0F0u) |
           (((x + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) >> 4)) ==
          0x3333333333333333u;
 }
 
-static inline int64_t eight_digits(const unsigned char *p) {
+static inline uint64_t eight_digits(const unsigned char *p) {
   uint64_t x;
   memcpy(&x, p, 8);
-  if (!all_digits8(x)) return -1;
   x -= 0x3030303030303030u;
-  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFu;           /* 4 x 2 digits */
-  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFu;         /* 2 x 4 digits */
-  return (int64_t)((x * 10000 + (x >> 32)) & 0xFFFFFFFFu); /* 8 digits */
+  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFu;   /* 4 x 2 digits */
+  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFu; /* 2 x 4 digits */
+  return (x * 10000 + (x >> 32)) & 0xFFFFFFFFu;    /* 8 digits */
 }
 #endif
 
@@ -364,16 +368,16 @@ typedef struct decimal {
   int nsig, cut, neg;
 } decimal;
 
-/* Add the digits [q, e) to d; frac: they follow the decimal point. */
+/* Add the digits [q, e) (all digits: digits_end found them) to d; frac:
+** they follow the decimal point. */
 static inline void add_digits(decimal *d, const unsigned char *q,
                               const unsigned char *e, int frac) {
   if (d->m == 0) /* leading zeros are not significant */
     for (; q < e && *q == '0'; q++)
       if (frac) d->e10--;
-#ifdef HAVE_SWAR_DIGITS
+#ifdef CANON_SWAR
   while (e - q >= 8 && d->nsig <= 11) {
-    int64_t v = eight_digits(q);
-    d->m = d->m * 100000000u + (uint64_t)v;
+    d->m = d->m * 100000000u + eight_digits(q);
     d->nsig += 8;
     if (frac) d->e10 -= 8;
     q += 8;
@@ -460,7 +464,7 @@ static const char two53[] = "9007199254740992";
 /* The end of the run of digits at q. */
 static inline const unsigned char *digits_end(const unsigned char *q,
                                               const unsigned char *end) {
-#ifdef HAVE_SWAR_DIGITS
+#ifdef CANON_SWAR
   uint64_t x;
   while (end - q >= 8 && (memcpy(&x, q, 8), all_digits8(x))) q += 8;
 #endif
@@ -599,8 +603,7 @@ static int name_cmp_rest(const char *out, const idem__member *x,
   if (!x->escaped && !y->escaped) {
     size_t la = (size_t)(ae - a), lb = (size_t)(be - b), n = la < lb ? la : lb;
     size_t i = 8 < n ? 8 : n; /* the prefixes are equal */
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#ifdef CANON_SWAR
     for (; i + 8 <= n; i += 8) { /* the lowest differing byte comes first */
       uint64_t u, v;
       memcpy(&u, a + i, 8);
@@ -955,8 +958,7 @@ member:
       const unsigned char *nm = (const unsigned char *)c->out.p + m->start + 1;
       size_t nl = c->out.len - m->start - 2, i;
       uint64_t v = 0;
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#ifdef CANON_SWAR
       if (nl >= 8) {
         memcpy(&v, nm, 8);
         v = __builtin_bswap64(v);
