@@ -20,11 +20,7 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() { if [ "$2" = "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi; }
-has() { case "$2" in *"$3"*) ok ;; *) bad "$1: '$3' not in: $2" ;; esac; }
+. "$(dirname "$0")/assert.sh"
 # run CMD...: RC and ERR (stderr), stdout into OUT
 run() {
   OUT=$("$@" 2>"$T/err")

@@ -10,15 +10,7 @@ STATUS="$HERE/tools/refund_status.sh"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 export LEDGER=$T/ledger
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() { # expect NAME WANT GOT
-  if [ "$2" = "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi
-}
-has() { # has NAME TEXT NEEDLE
-  case "$2" in *"$3"*) ok ;; *) bad "$1: '$3' not in: $2" ;; esac
-}
+. "$(dirname "$0")/assert.sh"
 applied() { local n; n=$(grep -c . "$LEDGER" 2>/dev/null); echo "${n:-0}"; }
 ARGS='{"order_id":"ord_1","amount_cents":6000}'
 run() { # run LOG CALL [extra args...]: envelope in $out, exit code in $code

@@ -11,11 +11,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 export LEDGER=$T/ledger
 export IDEM_LOG=sqlite:$T/log.db # the environment names the log
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() { if [ "$2" = "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi; }
-has() { case "$2" in *"$3"*) ok ;; *) bad "$1: '$3' not in: $2" ;; esac; }
+. "$(dirname "$0")/assert.sh"
 : > "$LEDGER"
 cat > "$T/policy.json" <<P
 {"tools": {"refund_payment": {"class": "guarded", "timeout_ms": 300, "retries": 0,

@@ -23,11 +23,7 @@ URL=${IDEM_PG_URL:?run me under tests/pg/with_server.sh}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 export LEDGER
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() { if [ "$2" = "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi; }
-has() { case "$2" in *"$3"*) ok ;; *) bad "$1: '$3' not in: $2" ;; esac; }
+. "$(dirname "$0")/../assert.sh"
 count() { local n; n=$(grep -c . "$LEDGER" 2>/dev/null); echo "${n:-0}"; }
 ARGS='{"order_id":"ord_1","amount_cents":6000}'
 call() { # call SESSION CALL_ID [exec options]: one guarded refund
