@@ -191,9 +191,26 @@ static const char dtoa_pairs[201] =
     "50515253545556575859606162636465666768697071727374"
     "75767778798081828384858687888990919293949596979899";
 
-/* Exactly eight digits of v < 10^8 ending at end; 32-bit arithmetic since
-** that is all it needs and it is cheaper than 64-bit division. */
+/*
+** Exactly eight digits of v < 10^8 ending at end, all at once: v splits into
+** two halves of four digits, one per 32-bit lane of x, each lane into two
+** 16-bit lanes of two digits, and each of those into two bytes, tens first.
+** The divisions are multiply-shifts exact for these ranges ((n * 10486) >>
+** 20 is n / 100 for n < 10^4, (n * 103) >> 10 is n / 10 for n < 100; all
+** 10^8 values checked), and no product carries into the next lane.  The
+** bytes go to memory in lane order on little-endian machines; elsewhere
+** a loop of pairs.
+*/
 static void write8(char *end, uint32_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  uint64_t x = v / 10000 | (uint64_t)(v % 10000) << 32, y;
+
+  y = ((x * 10486) >> 20) & UINT64_C(0x0000007F0000007F);
+  x = y | (x - y * 100) << 16;
+  y = ((x * 103) >> 10) & UINT64_C(0x000F000F000F000F);
+  x = (y | (x - y * 10) << 8) + UINT64_C(0x3030303030303030);
+  memcpy(end - 8, &x, 8);
+#else
   int i;
 
   for (i = 0; i < 4; i++) {
@@ -203,6 +220,7 @@ static void write8(char *end, uint32_t v) {
     end -= 2;
     memcpy(end, dtoa_pairs + 2 * r, 2);
   }
+#endif
 }
 
 /* Decimal digits of f > 0 ending at end, no leading zeros; returns start. */

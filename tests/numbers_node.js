@@ -8,7 +8,11 @@
 // grammar allows: integers of 1-23 digits (past 2^53 too), fractions with
 // runs of leading zeros (which the reader skips eight at a time) and up to
 // 30 fraction digits (more than the 19 it keeps), exponents up to 330 in
-// either direction, both signs.  Each line's answer must be the one
+// either direction, both signs.  A third of the literals have at most 15
+// significant digits (most of them read by Clinger's fast path), written
+// with trailing and leading zeros at times, and placed anywhere from 1e-340
+// to 1e340, so that subnormals, underflow and overflow are crossed by
+// short literals too.  Each line's answer must be the one
 // JSON.stringify gives, or an empty line (a rejection) exactly where RFC
 // 8785 / SPEC §4 refuse the literal: infinite, a non-zero that underflows
 // to 0, or an integer literal beyond 2^53.
@@ -30,7 +34,23 @@ const digits = (n) => { let s = ''; for (let i = 0; i < n; i++) s += Math.floor(
 const pick = (a) => a[Math.floor(rand() * a.length)];
 
 const lines = [];
+// At most 15 significant digits, the point anywhere, the value near 10^n.
+function shortDecimal() {
+  const k = 1 + Math.floor(rand() * 15);
+  const sig = String(1 + Math.floor(rand() * 9)) + digits(k - 1) + '0'.repeat(pick([0, 0, 1, 4]));
+  const cut = Math.floor(rand() * (sig.length + 1));
+  let s = rand() < 0.4 ? '-' : '';
+  s += cut === 0 ? '0.' + '0'.repeat(pick([0, 2])) + sig : sig.slice(0, cut) + (cut < sig.length ? '.' + sig.slice(cut) : '');
+  const n = Math.floor(rand() * 681) - 340; // the value is about 10^n
+  const e = n - (cut === 0 ? 0 : cut);
+  return s + pick(['e', 'E']) + (e < 0 ? '-' : pick(['', '+'])) + Math.abs(e);
+}
+
 for (let i = 0; i < count; i++) {
+  if (rand() < 0.33) {
+    lines.push(shortDecimal());
+    continue;
+  }
   let s = rand() < 0.3 ? '-' : '';
   s += rand() < 0.2 ? '0' : String(1 + Math.floor(rand() * 9)) + digits(Math.floor(rand() * 23));
   if (rand() < 0.7) s += '.' + '0'.repeat(pick([0, 0, 0, 1, 3, 8, 12, 20])) + digits(1 + Math.floor(rand() * 30));
