@@ -5,10 +5,10 @@
 ** The input is read in large blocks.  Each block is cut at its last newline
 ** (the tail waits for the next block) and the complete lines are split into
 ** chunks (slices) at newline boundaries, eight per worker.  The workers -
-** the calling thread and cli_workers() - 1 others, each with its own state
-** (an idem_canon handle) - take the chunks one after the other and turn
-** each into output and error lists; then the calling thread writes the
-** chunks in order.  So the output is exactly
+** the calling thread and cli_workers() - 1 threads started once, each with
+** its own state (an idem_canon handle) - take the chunks one after the
+** other and turn each into output and error lists; then the calling thread
+** writes the chunks in order.  So the output is exactly
 ** what a sequential loop would print: line N's answer is output line N,
 ** and each error (with its absolute line number) appears on stderr after
 ** the output of the lines before it.
@@ -128,39 +128,106 @@ static size_t flush_slice(slice *s, size_t base) {
 ** the workers take one after the other until none is left, so a worker
 ** that gets the cheap lines takes more of them and nobody waits for the
 ** slowest (equal cuts left the faster worker idle for ~20% of a block).
-** Worker 0 is the calling thread; each worker has its own state.
+** Worker 0 is the calling thread; workers 1..n are a pool of threads
+** started once for the whole input (a thread per block cost a clone, a
+** new stack and a cold cache each time); each worker has its own state.
 */
-typedef struct batch batch;
-typedef struct worker {
-  batch *b;
-  void *state;
-  pthread_t th;
-  int started;
-} worker;
-
-struct batch {
+typedef struct batch {
   slice sl[MAX_CHUNKS];
   int n;           /* chunks */
   atomic_int next; /* the next chunk to take */
   cli_line_fn fn;
+} batch;
+
+typedef struct pool pool;
+typedef struct worker {
+  pool *pl;
+  void *state;
+  pthread_t th;
+} worker;
+
+struct pool {
+  pthread_mutex_t mu;
+  pthread_cond_t go, done; /* a batch started / the helpers are done */
+  batch *b;                /* the batch being worked on */
+  unsigned gen;            /* batches started so far */
+  int busy;                /* helpers not yet done with b */
+  int stop;
+  int nw; /* workers: the caller and the started threads */
   worker wk[MAX_WORKERS];
-  int nw;
 };
 
-static void *run_worker(void *arg) {
-  worker *w = arg;
-  batch *b = w->b;
+static void run_batch(batch *b, void *state) {
   int i;
   while ((i = atomic_fetch_add(&b->next, 1)) < b->n)
-    run_slice(&b->sl[i], b->fn, w->state);
+    run_slice(&b->sl[i], b->fn, state);
+}
+
+static void *run_helper(void *arg) {
+  worker *w = arg;
+  pool *pl = w->pl;
+  unsigned seen = 0;
+  pthread_mutex_lock(&pl->mu);
+  for (;;) {
+    batch *b;
+    while (pl->gen == seen && !pl->stop) pthread_cond_wait(&pl->go, &pl->mu);
+    if (pl->stop) break;
+    seen = pl->gen;
+    b = pl->b;
+    pthread_mutex_unlock(&pl->mu);
+    run_batch(b, w->state);
+    pthread_mutex_lock(&pl->mu);
+    if (--pl->busy == 0) pthread_cond_signal(&pl->done);
+  }
+  pthread_mutex_unlock(&pl->mu);
   return NULL;
 }
 
-/* Cut the complete lines [data, data+len) into chunks and start workers
-** 1..nw-1 on them; the caller is worker 0 (batch_run). */
-static void batch_start(batch *b, const char *data, size_t len) {
+/* Start the helper threads (states[1..n-1]); a thread that cannot be
+** started leaves its share to the others. */
+static void pool_start(pool *pl, void **states, int n) {
+  int k;
+  pthread_mutex_init(&pl->mu, NULL);
+  pthread_cond_init(&pl->go, NULL);
+  pthread_cond_init(&pl->done, NULL);
+  pl->wk[0].state = states[0];
+  pl->nw = 1;
+  for (k = 1; k < n; k++) {
+    worker *w = &pl->wk[pl->nw];
+    w->pl = pl;
+    w->state = states[k];
+    if (pthread_create(&w->th, NULL, run_helper, w) == 0) pl->nw++;
+  }
+}
+
+static void pool_stop(pool *pl) {
+  int k;
+  pthread_mutex_lock(&pl->mu);
+  pl->stop = 1;
+  pthread_cond_broadcast(&pl->go);
+  pthread_mutex_unlock(&pl->mu);
+  for (k = 1; k < pl->nw; k++) pthread_join(pl->wk[k].th, NULL);
+  pthread_cond_destroy(&pl->done);
+  pthread_cond_destroy(&pl->go);
+  pthread_mutex_destroy(&pl->mu);
+}
+
+/* Reserve room for about n bytes of answers at once: growing by doubling
+** moved a block's buffers two or three times each (each an mremap and a
+** TLB shootdown).  Failure is not an error here: cli_outbuf_put tries
+** again and reports it. */
+static void outbuf_reserve(cli_outbuf *o, size_t n) {
+  char *q;
+  if (o->cap >= n || !(q = realloc(o->p, n))) return;
+  o->p = q;
+  o->cap = n;
+}
+
+/* Cut the complete lines [data, data+len) into chunks and set the helpers
+** on them; the caller is worker 0 (batch_run). */
+static void batch_start(pool *pl, batch *b, const char *data, size_t len) {
   size_t off = 0;
-  int k, want = b->nw * CHUNKS_PER_WORKER;
+  int k, want = pl->nw * CHUNKS_PER_WORKER;
   b->n = 0;
   for (k = 0; k < want && off < len; k++) {
     size_t cut = off + (len - off) / (size_t)(want - k);
@@ -176,26 +243,26 @@ static void batch_start(batch *b, const char *data, size_t len) {
     b->sl[k].lines = 0;
     b->sl[k].out.len = 0;
     b->sl[k].nerr = 0;
+    outbuf_reserve(&b->sl[k].out, (cut - off) + (cut - off) / 8 + 4096);
     off = cut;
     b->n++;
   }
   atomic_store(&b->next, 0);
-  for (k = 1; k < b->nw; k++)
-    b->wk[k].started =
-        pthread_create(&b->wk[k].th, NULL, run_worker, &b->wk[k]) == 0;
+  pthread_mutex_lock(&pl->mu);
+  pl->b = b;
+  pl->gen++;
+  pl->busy = pl->nw - 1;
+  pthread_cond_broadcast(&pl->go);
+  pthread_mutex_unlock(&pl->mu);
 }
 
 /* Work on a started batch as worker 0 until its chunks are taken, then
-** wait for the others.  (A worker that got no thread leaves its share to
-** the rest.) */
-static void batch_run(batch *b) {
-  int k;
-  run_worker(&b->wk[0]);
-  for (k = 1; k < b->nw; k++)
-    if (b->wk[k].started) {
-      pthread_join(b->wk[k].th, NULL);
-      b->wk[k].started = 0;
-    }
+** wait for the helpers to finish theirs. */
+static void batch_run(pool *pl, batch *b) {
+  run_batch(b, pl->wk[0].state);
+  pthread_mutex_lock(&pl->mu);
+  while (pl->busy) pthread_cond_wait(&pl->done, &pl->mu);
+  pthread_mutex_unlock(&pl->mu);
 }
 
 /* Write a finished batch (its lines numbered from base + 1); returns the
@@ -217,29 +284,26 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
   size_t cap = BLOCK > max + 65536 ? BLOCK : max + 65536, have = 0;
   size_t base = 0, rejected = 0;
   batch *bt = calloc(2, sizeof *bt);
-  char *buf = malloc(cap);
+  char *buf = NULL;
+  pool pl;
   int eof = 0, nomem = 0, rc = EXIT_OK, k, j;
   if (nstates > MAX_WORKERS) nstates = MAX_WORKERS;
-  if (!bt || !buf) {
-    free(bt);
-    free(buf);
+  if (!bt) {
     cli_err("out of memory");
     return EXIT_FAIL;
   }
-  for (j = 0; j < 2; j++) {
-    bt[j].fn = fn;
-    bt[j].nw = nstates;
-    for (k = 0; k < nstates; k++) {
-      bt[j].wk[k].b = &bt[j];
-      bt[j].wk[k].state = states[k];
-    }
-  }
+  bt[0].fn = bt[1].fn = fn;
+  memset(&pl, 0, sizeof pl);
+  pool_start(&pl, states, nstates);
   {
     struct stat st;
     char *map;
+    /* Not MAP_POPULATE: that maps every page up front in this one thread
+    ** before any worker starts; faulted in as the workers read, the pages
+    ** come 16 at a time (fault-around) on every core. */
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-        (map = mmap(NULL, (size_t)st.st_size, PROT_READ,
-                    MAP_PRIVATE | MAP_POPULATE, fd, 0)) != MAP_FAILED) {
+        (map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) !=
+            MAP_FAILED) {
       size_t size = (size_t)st.st_size, pos = 0;
       int cur = 0;
       madvise(map, size, MADV_SEQUENTIAL);
@@ -255,9 +319,9 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
             cut = nl ? (size_t)(nl - map) + 1 : size;
           }
         }
-        batch_start(&bt[cur], map + pos, cut - pos);
+        batch_start(&pl, &bt[cur], map + pos, cut - pos);
         base += batch_flush(&bt[!cur], base, &rejected, &nomem);
-        batch_run(&bt[cur]);
+        batch_run(&pl, &bt[cur]);
         cur = !cur;
         pos = cut;
       }
@@ -269,6 +333,11 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
       }
       goto done;
     }
+  }
+  if (!(buf = malloc(cap))) {
+    cli_err("out of memory");
+    rc = EXIT_FAIL;
+    goto done;
   }
   while (!eof || have) {
     size_t cut;
@@ -313,8 +382,8 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
       }
       continue;
     }
-    batch_start(&bt[0], buf, cut);
-    batch_run(&bt[0]);
+    batch_start(&pl, &bt[0], buf, cut);
+    batch_run(&pl, &bt[0]);
     base += batch_flush(&bt[0], base, &rejected, &nomem);
     memmove(buf, buf + cut, have - cut);
     have -= cut;
@@ -325,6 +394,7 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
     }
   }
 done:
+  pool_stop(&pl);
   for (j = 0; j < 2; j++)
     for (k = 0; k < MAX_CHUNKS; k++) {
       free(bt[j].sl[k].out.p);
