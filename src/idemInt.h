@@ -249,7 +249,8 @@ const idem__tool_rule *idem__policy_rule(const idem_policy *p, const char *tool,
 ** guard (guard.c) decides, the store only applies atomic steps.  Every
 ** entry point is safe to call from many threads at once on one store, and
 ** from many processes on one log.  Backends: store/sqlite.c (sqlite:PATH),
-** store/pg.c (postgres://...).  Strings passed in are copied; records returned are
+** store/pg.c (postgres://...).  Strings passed in are copied; records returned
+*are
 ** new (free with idem_record_free).
 */
 typedef struct idem__store idem__store;
@@ -352,14 +353,17 @@ int idem__change_in_range(const idem__change *ch);
 /* url as messages show it: a password in it replaced by *** (into buf). */
 void idem__store_shown_url(const char *url, char *buf, size_t size);
 
-/* store/faultvfs.c: the test VFS "idem-fault" (see there).  selected():
-** its name when later opens should use it, else NULL; enable(): select it
-** or not (IDEM_STORE when it cannot be registered); arm(): fail the next n
-** syncs (sync != 0) or writes; syncs(): the syncs it has seen. */
-const char *idem__fault_vfs_selected(void);
-int idem__fault_vfs_enable(int on);
+/* store/vfs.c: the VFS "idem" of the SQLite store (see there).  vfs():
+** its name, registered at the first call (NULL when it cannot be, and the
+** default VFS serves); fault_vfs_enable(): whether files opened from now on
+** take faults; fault_arm(): fail the next n syncs (sync != 0) or writes of
+** such files; fault_syncs(): the syncs they have seen; vfs_wal_count(): the
+** WAL writes SQLite made (0) or the file got (1), in all stores. */
+const char *idem__vfs(void);
+void idem__fault_vfs_enable(int on);
 void idem__fault_arm(int sync, long long n);
 long long idem__fault_syncs(void);
+long long idem__vfs_wal_count(int file_writes);
 
 /* A store that could not be opened: errmsg says why (printf-style fmt),
 ** every other entry point fails with IDEM_MISUSE, close frees it.  Sets
@@ -378,8 +382,8 @@ idem_record *idem__record_dup(const idem_record *r);
 ** store/sqlite.c: knobs for tests and tuning, not API.
 ** idem__sqlite_config(st, op, value) sets one.  BUSY_TIMEOUT needs a SQLite
 ** store; the fault ops are process-wide (the VFS is: st may be NULL) and
-** act only on stores opened through the "idem-fault" VFS, which FAULT_VFS
-** selects for the opens that follow.  Returns IDEM_OK, IDEM_RANGE,
+** act only on stores opened while FAULT_VFS is on (store/vfs.c).  Returns
+*IDEM_OK, IDEM_RANGE,
 ** IDEM_INVALID (unknown op) or IDEM_MISUSE.
 */
 enum {
@@ -387,16 +391,19 @@ enum {
   IDEM__SQLITE_FAIL_SYNC = 2,    /* the next N syncs (xSync) fail         */
   IDEM__SQLITE_FAIL_WRITE = 3,   /* the next N writes (xWrite) fail       */
   IDEM__SQLITE_FAULT_VFS = 4     /* st NULL: later opens in this process  */
-                                 /* use the "idem-fault" VFS (1) or not (0) */
+                                 /* take faults (1) or not (0)            */
 };
 int idem__sqlite_config(idem__store *st, int op, long long value);
 
-/* Counters of a SQLite store (syncs: process-wide, fault VFS only). */
+/* Counters of a SQLite store (syncs: process-wide, files with faults only;
+** WAL appends and writes: process-wide). */
 enum {
-  IDEM__SQLITE_COUNT_BATCHES = 1,    /* write transactions committed     */
-  IDEM__SQLITE_COUNT_REQUESTS = 2,   /* write requests applied           */
-  IDEM__SQLITE_COUNT_SYNCS = 3,      /* xSync calls through idem-fault   */
-  IDEM__SQLITE_COUNT_CHECKPOINTS = 4 /* WAL checkpoints run by the writer */
+  IDEM__SQLITE_COUNT_BATCHES = 1,     /* write transactions committed     */
+  IDEM__SQLITE_COUNT_REQUESTS = 2,    /* write requests applied           */
+  IDEM__SQLITE_COUNT_SYNCS = 3,       /* xSync calls of files with faults  */
+  IDEM__SQLITE_COUNT_CHECKPOINTS = 4, /* WAL checkpoints run by the writer */
+  IDEM__SQLITE_COUNT_WAL_APPENDS = 5, /* WAL writes SQLite made (process) */
+  IDEM__SQLITE_COUNT_WAL_WRITES = 6   /* ... and the file got (process)   */
 };
 long long idem__sqlite_count(idem__store *st, int which);
 
@@ -414,17 +421,17 @@ void idem__crash_point(const char *name);
 
 /* A library that a module loads with dlopen() (the pattern is in dl.c). */
 typedef struct idem__dl_lib {
-  const char *name;    /* for messages: "libpq"                          */
-  const char *file;    /* what dlopen() loads: "libpq.so.5"              */
-  const char *env;     /* a variable naming another file: "IDEM_LIBPQ"   */
-  const char *package; /* what to install when it is missing: "libpq5"   */
+  const char *name;         /* for messages: "libpq"                          */
+  const char *file;         /* what dlopen() loads: "libpq.so.5"              */
+  const char *env;          /* a variable naming another file: "IDEM_LIBPQ"   */
+  const char *package;      /* what to install when it is missing: "libpq5"   */
   const char *const *names; /* the functions to look up, n of them      */
   void **sym;               /* where their addresses go (a table's .sym) */
   size_t n;
   /* run once after loading (curl_global_init): 0, or -1 with the reason */
   int (*init)(char *err, size_t errn);
-  int tried;          /* dl.c's, under its lock: loading was tried     */
-  char missing[300];  /* why the library cannot be used; "" when it can */
+  int tried;         /* dl.c's, under its lock: loading was tried     */
+  char missing[300]; /* why the library cannot be used; "" when it can */
 } idem__dl_lib;
 
 /* NULL when lib is loaded, else why not, to follow "needs ": "libpq

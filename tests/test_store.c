@@ -11,7 +11,8 @@
 **   - durability: a child killed with SIGKILL at a random moment never
 **     loses a record it reported inserted;
 **   - errors: damaged and foreign files, a newer schema, a locked log, an
-**     unwritable place, failing syncs and writes (the "idem-fault" VFS), the
+**     unwritable place, failing syncs and writes (the fault side of the
+**     "idem" VFS), the WAL appends that VFS writes out per commit, the
 **     file mode, fork misuse, URLs.
 **
 ** test_store --log URL [DIR] runs the same conformance suite, threads,
@@ -1471,6 +1472,144 @@ static void test_faults(void) {
   st->vt->close(st);
 }
 
+/* A SQLite query's single integer (or text compared with want_text). */
+static int sql_ok(sqlite3 *db, const char *sql, const char *want_text,
+                  long long *v) {
+  sqlite3_stmt *st = NULL;
+  int ok = sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+           sqlite3_step(st) == SQLITE_ROW;
+  if (ok && want_text)
+    ok = strcmp((const char *)sqlite3_column_text(st, 0), want_text) == 0;
+  if (ok && v) *v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return ok;
+}
+
+/*
+** The "idem" VFS writes each commit's WAL appends out at once (vfs.c).
+** Every commit is visible to another connection as soon as begin returns,
+** records of every size (one of 300 KB: past the 96 KiB write-out point
+** and the 128 KiB a single write of the unix VFS can take) read back
+** whole, the file gets fewer writes than SQLite made, and the result is
+** a sound database.  Then a plain connection through the VFS whose
+** transactions spill frames before their commit and roll back.
+*/
+static void test_wal_appends(void) {
+  enum { N = 40 };
+  static char big[300000];
+  char p[600], args[8000];
+  idem__store *a, *b;
+  sqlite3 *db = NULL;
+  long long app0, wr0, app, wr, rows = 0;
+  int i, same = 0, settled = 0;
+  path_in(p, sizeof p, "appends.db");
+  if (!(a = open_ok(p))) return;
+  if (!(b = open_ok(p))) {
+    a->vt->close(a);
+    return;
+  }
+  app0 = idem__sqlite_count(NULL, IDEM__SQLITE_COUNT_WAL_APPENDS);
+  wr0 = idem__sqlite_count(NULL, IDEM__SQLITE_COUNT_WAL_WRITES);
+  memset(big, 'x', sizeof big - 3);
+  big[0] = '"';
+  big[sizeof big - 2] = '"';
+  big[sizeof big - 1] = '\0';
+  for (i = 0; i < N; i++) {
+    trec t;
+    idem_record *r = NULL;
+    char call[32];
+    snprintf(call, sizeof call, "c%d", i);
+    rec_init(&t, "appends", call, NULL, 1000 + i);
+    if (i == N / 2) {
+      t.r.args = big;
+    } else {
+      size_t n = (size_t)(i % 3 == 0 ? 6000 : 40 + i);
+      memset(args, 'a' + i % 26, n);
+      args[0] = args[n - 1] = '"';
+      args[n] = '\0';
+      t.r.args = args;
+    }
+    BEGIN_EXPECT(a, &t, 0, IDEM__BEGIN_INSERTED);
+    if (b->vt->get(b, "appends", call, &r) == IDEM_OK &&
+        strcmp(r->args, t.r.args) == 0)
+      same++;
+    idem_record_free(r);
+    r = NULL;
+    /* the outcome: a commit that is not synced, visible all the same */
+    {
+      idem__change ch = change_init("appends", call, ALL_STATES);
+      ch.state = IDEM_STATE_SUCCEEDED;
+      ch.result = i == N / 2 ? big : "{\"refund_id\":\"re_1\"}";
+      CHECK_INT(a->vt->change(a, &ch, NULL), IDEM_OK);
+      if (b->vt->get(b, "appends", call, &r) == IDEM_OK &&
+          r->state == IDEM_STATE_SUCCEEDED && strcmp(r->result, ch.result) == 0)
+        settled++;
+      idem_record_free(r);
+    }
+  }
+  CHECK_INT(same, N);
+  CHECK_INT(settled, N);
+  app = idem__sqlite_count(NULL, IDEM__SQLITE_COUNT_WAL_APPENDS) - app0;
+  wr = idem__sqlite_count(NULL, IDEM__SQLITE_COUNT_WAL_WRITES) - wr0;
+  printf("  %d commits: SQLite made %lld WAL writes, the file got %lld\n", N,
+         app, wr);
+  CHECK(wr >= N);
+  CHECK(app >= 4 * wr); /* a commit is 2+ frames of two writes each */
+  a->vt->close(a);
+  b->vt->close(b);
+  CHECK_INT(sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  CHECK(sql_ok(db, "PRAGMA integrity_check", "ok", NULL));
+  CHECK(sql_ok(db, "SELECT count(*) FROM attempts", NULL, &rows));
+  CHECK_INT(rows, N);
+  sqlite3_close(db);
+
+  /* spilled frames, rolled back and overwritten: a tiny page cache makes
+  ** SQLite write frames before the commit; another connection sees only
+  ** what was committed */
+  {
+    sqlite3 *w = NULL, *r = NULL;
+    const char *vfs = idem__vfs();
+    path_in(p, sizeof p, "spill.db");
+    CHECK(vfs != NULL);
+    CHECK_INT(
+        sqlite3_open_v2(p, &w, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs),
+        SQLITE_OK);
+    CHECK_INT(sqlite3_exec(w,
+                           "PRAGMA journal_mode=WAL; PRAGMA cache_size=2;"
+                           "PRAGMA synchronous=NORMAL;"
+                           "CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);",
+                           NULL, NULL, NULL),
+              SQLITE_OK);
+    CHECK_INT(sqlite3_open_v2(p, &r, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    for (i = 0; i < 6; i++) {
+      static const char spill[] =
+          "WITH RECURSIVE s(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM s "
+          "WHERE x < 200) INSERT INTO t(v) SELECT printf('%.*c', 3000, 'r') "
+          "FROM s;";
+      char sql[600];
+      long long n = -1;
+      /* a whole transaction rolled back, or a savepoint inside one that
+      ** commits; either way one row of 5000 bytes is all that stays */
+      snprintf(sql, sizeof sql,
+               i % 2 ? "BEGIN; %s ROLLBACK; INSERT INTO t(v) VALUES "
+                       "(printf('%%.*c', 5000, 'k'));"
+                     : "BEGIN; SAVEPOINT s; %s ROLLBACK TO s; RELEASE s; "
+                       "INSERT INTO t(v) VALUES (printf('%%.*c', 5000, 'k')); "
+                       "COMMIT;",
+               spill);
+      CHECK_INT(sqlite3_exec(w, sql, NULL, NULL, NULL), SQLITE_OK);
+      CHECK(sql_ok(r, "SELECT count(*) FROM t", NULL, &n));
+      CHECK_INT(n, i + 1);
+    }
+    CHECK(sql_ok(r, "SELECT count(*) FROM t WHERE length(v) = 5000", NULL,
+                 &rows));
+    CHECK_INT(rows, 6);
+    CHECK(sql_ok(r, "PRAGMA integrity_check", "ok", NULL));
+    sqlite3_close(r);
+    sqlite3_close(w);
+  }
+}
+
 static void test_mode(void) {
   char p[700], dir[600];
   struct stat sb;
@@ -1825,6 +1964,7 @@ int main(int argc, char **argv) {
     test_locked();
     test_unwritable();
     test_faults();
+    test_wal_appends();
   }
   test_threads();
   test_messages();

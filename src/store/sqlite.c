@@ -136,13 +136,15 @@
 ** child should open the same log only if no store of it was open in the
 ** parent at the fork (fork first, or exec).
 **
-** FAULT INJECTION
+** THE VFS, AND FAULT INJECTION
 **
-** The "idem-fault" VFS (store/faultvfs.c) wraps the default one and fails
-** the next N xSync (SQLITE_IOERR_FSYNC) or xWrite (SQLITE_IOERR_WRITE) calls
-** on demand, and counts syncs.  It is selected for later opens in this
-** process by idem__sqlite_config(NULL, IDEM__SQLITE_FAULT_VFS, 1); tests use
-** it to prove that a failed sync fails begin and reports nothing durable.
+** Every connection opens through the "idem" VFS (store/vfs.c): the default
+** one, but each connection's WAL appends of a commit reach the file in one
+** write instead of two per page.  Files opened after
+** idem__sqlite_config(NULL, IDEM__SQLITE_FAULT_VFS, 1) can also be made to
+** fail the next N xSync (SQLITE_IOERR_FSYNC) or xWrite (SQLITE_IOERR_WRITE)
+** calls, and count their syncs; tests use that to prove that a failed sync
+** fails begin and reports nothing durable.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -324,7 +326,7 @@ typedef struct sq_store {
   pid_t pid;    /* the process that opened it ...     */
   unsigned gen; /* ... and its fork generation         */
   char *path;
-  const char *vfs; /* NULL: SQLite's default VFS  */
+  const char *vfs; /* "idem", NULL: the default VFS */
   atomic_int busy_ms;
 
   /* The write connection: used only by the thread that set `writing`
@@ -1447,8 +1449,6 @@ int idem__sqlite_open(const char *path, idem__store **out) {
                             "an in-memory attempt log would not be durable");
   if ((rc = prepare_file(path, msg, sizeof msg)) != IDEM_OK)
     return idem__store_fail(out, rc, "%s", msg);
-  if (idem__fault_vfs_selected() && idem__fault_vfs_enable(1) != IDEM_OK)
-    return idem__store_fail(out, IDEM_STORE, "%s: no fault VFS", path);
   len = strlen(path);
   if (!(s = idem__malloc(sizeof *s)))
     return idem__store_fail(out, IDEM_NOMEM, "%s: out of memory", path);
@@ -1458,7 +1458,7 @@ int idem__sqlite_open(const char *path, idem__store **out) {
   pthread_once(&atfork_once, atfork_register);
   s->pid = getpid();
   s->gen = atomic_load(&fork_gen);
-  s->vfs = idem__fault_vfs_selected();
+  s->vfs = idem__vfs();
   s->sync_full = -1;
   s->next_ckpt = CHECKPOINT_PAGES;
   atomic_init(&s->busy_ms, DEFAULT_BUSY_MS);
@@ -1793,7 +1793,8 @@ int idem__sqlite_config(idem__store *st, int op, long long value) {
     return IDEM_OK;
   case IDEM__SQLITE_FAULT_VFS:
     if (value != 0 && value != 1) return IDEM_RANGE;
-    return idem__fault_vfs_enable((int)value);
+    idem__fault_vfs_enable((int)value);
+    return IDEM_OK;
   default: return IDEM_INVALID;
   }
 }
@@ -1801,6 +1802,8 @@ int idem__sqlite_config(idem__store *st, int op, long long value) {
 long long idem__sqlite_count(idem__store *st, int which) {
   sq_store *s = (sq_store *)st;
   if (which == IDEM__SQLITE_COUNT_SYNCS) return idem__fault_syncs();
+  if (which == IDEM__SQLITE_COUNT_WAL_APPENDS) return idem__vfs_wal_count(0);
+  if (which == IDEM__SQLITE_COUNT_WAL_WRITES) return idem__vfs_wal_count(1);
   if (!st || st->vt != &sqlite_vt || s->magic != SQ_MAGIC) return -1;
   switch (which) {
   case IDEM__SQLITE_COUNT_BATCHES: return atomic_load(&s->batches);
