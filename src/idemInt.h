@@ -249,8 +249,7 @@ const idem__tool_rule *idem__policy_rule(const idem_policy *p, const char *tool,
 ** guard (guard.c) decides, the store only applies atomic steps.  Every
 ** entry point is safe to call from many threads at once on one store, and
 ** from many processes on one log.  Backends: store/sqlite.c (sqlite:PATH),
-** store/pg.c (postgres://...).  Strings passed in are copied; records returned
-*are
+** store/pg.c (postgres://...).  Strings passed in are copied; records returned are
 ** new (free with idem_record_free).
 */
 typedef struct idem__store idem__store;
@@ -383,8 +382,7 @@ idem_record *idem__record_dup(const idem_record *r);
 ** idem__sqlite_config(st, op, value) sets one.  BUSY_TIMEOUT needs a SQLite
 ** store; the fault ops are process-wide (the VFS is: st may be NULL) and
 ** act only on stores opened while FAULT_VFS is on (store/vfs.c).  Returns
-*IDEM_OK, IDEM_RANGE,
-** IDEM_INVALID (unknown op) or IDEM_MISUSE.
+** IDEM_OK, IDEM_RANGE, IDEM_INVALID (unknown op) or IDEM_MISUSE.
 */
 enum {
   IDEM__SQLITE_BUSY_TIMEOUT = 1, /* ms to wait for another writer (5000) */
@@ -421,17 +419,17 @@ void idem__crash_point(const char *name);
 
 /* A library that a module loads with dlopen() (the pattern is in dl.c). */
 typedef struct idem__dl_lib {
-  const char *name;         /* for messages: "libpq"                          */
-  const char *file;         /* what dlopen() loads: "libpq.so.5"              */
-  const char *env;          /* a variable naming another file: "IDEM_LIBPQ"   */
-  const char *package;      /* what to install when it is missing: "libpq5"   */
+  const char *name;    /* for messages: "libpq"                          */
+  const char *file;    /* what dlopen() loads: "libpq.so.5"              */
+  const char *env;     /* a variable naming another file: "IDEM_LIBPQ"   */
+  const char *package; /* what to install when it is missing: "libpq5"   */
   const char *const *names; /* the functions to look up, n of them      */
   void **sym;               /* where their addresses go (a table's .sym) */
   size_t n;
   /* run once after loading (curl_global_init): 0, or -1 with the reason */
   int (*init)(char *err, size_t errn);
-  int tried;         /* dl.c's, under its lock: loading was tried     */
-  char missing[300]; /* why the library cannot be used; "" when it can */
+  int tried;          /* dl.c's, under its lock: loading was tried     */
+  char missing[300];  /* why the library cannot be used; "" when it can */
 } idem__dl_lib;
 
 /* NULL when lib is loaded, else why not, to follow "needs ": "libpq
