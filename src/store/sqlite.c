@@ -121,9 +121,8 @@
 ** done.  The message is per thread: errmsg(st) is the calling thread's last
 ** message from st, kept in thread-local storage ("" after a success), so
 ** threads never race on it; the thread that runs a batch composes each
-** request's message and the waiting thread copies it to its own.  A store that
-*failed to open
-** is a failed store (store.c) with a fixed message.
+** request's message and the waiting thread copies it to its own.  A store
+** that failed to open is a failed store (store.c) with a fixed message.
 **
 ** FORK
 **
