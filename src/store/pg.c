@@ -696,15 +696,22 @@ static int pipeline(conn *c, const pq_req *q, int n, PGresult **res) {
   return 0;
 }
 
-/* Prepare every statement on a new connection, in one pipeline. */
-static int conn_prepare(pg_store *s, conn *c) {
+/* Prepare every statement on a new connection, in one pipeline.  *again:
+** the failure was the connection's (cut by the server meanwhile, say), so
+** a new one may succeed. */
+static int conn_prepare(pg_store *s, conn *c, int *again) {
   PGresult *r;
   int i, ok = 1, got = 0;
-  if (!PQenterPipelineMode(c->db)) return msg_pq(s, c->db, NULL, "preparing");
+  *again = 0;
+  if (!PQenterPipelineMode(c->db)) {
+    *again = classify(c->db, NULL) == F_RETRY;
+    return msg_pq(s, c->db, NULL, "preparing");
+  }
   for (i = 0; i < N_STMTS; i++)
     if (!PQsendPrepare(c->db, stmt_name[i], stmt_sql[i], 0, NULL)) ok = 0;
   if (!ok || !PQpipelineSync(c->db)) {
     PQexitPipelineMode(c->db);
+    *again = classify(c->db, NULL) == F_RETRY;
     return msg_pq(s, c->db, NULL, "preparing the statements");
   }
   for (;;) {
@@ -719,13 +726,16 @@ static int conn_prepare(pg_store *s, conn *c) {
     }
     if (PQresultStatus(r) != PGRES_COMMAND_OK && ok) {
       ok = 0;
+      *again = classify(c->db, r) == F_RETRY;
       msg_pq(s, c->db, r, "preparing the statements");
     }
     PQclear(r);
   }
   PQexitPipelineMode(c->db);
-  if (PQstatus(c->db) != CONNECTION_OK && ok)
-    return msg_pq(s, c->db, NULL, "preparing the statements");
+  if (PQstatus(c->db) != CONNECTION_OK) {
+    *again = 1;
+    if (ok) return msg_pq(s, c->db, NULL, "preparing the statements");
+  }
   return ok ? IDEM_OK : IDEM_STORE;
 }
 
@@ -733,14 +743,16 @@ static int conn_prepare(pg_store *s, conn *c) {
 ** are libpq's to print on stderr by default; a library keeps quiet. */
 static void quiet(void *arg, const PGresult *res) { (void)arg, (void)res; }
 
-/* Run one fixed statement outside a pipeline (schema and settings). */
+/* Run one fixed statement outside a pipeline (schema and settings); on a
+** failure *again (when not NULL) says whether it was the connection's. */
 static int exec_fixed(pg_store *s, conn *c, const char *sql, const char *what,
-                      PGresult **out) {
+                      PGresult **out, int *again) {
   PGresult *r = PQexecParams(c->db, sql, 0, NULL, NULL, NULL, NULL, 0);
   ExecStatusType t = PQresultStatus(r);
   if (out) *out = NULL;
   if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
     int rc = msg_pq(s, c->db, r, what);
+    if (again) *again = classify(c->db, r) == F_RETRY;
     PQclear(r);
     return rc;
   }
@@ -824,13 +836,17 @@ static int conn_open(pg_store *s, conn **out, int *retry, int prepare) {
     conn_free(c);
     return rc;
   }
-  /* a begin must be on disk before the downstream call */
+  /* a begin must be on disk before the downstream call.  A connection
+  ** the server ends meanwhile (it says why first, so libpq may not know
+  ** yet that it is gone: classify reads the SQLSTATE) is worth another. */
   if ((rc = exec_fixed(s, c,
                        "SELECT set_config('synchronous_commit', 'on', false)"
                        " WHERE current_setting('synchronous_commit') = 'off'",
-                       "setting synchronous_commit", NULL)) != IDEM_OK ||
-      (prepare && (rc = conn_prepare(s, c)) != IDEM_OK)) {
-    *retry = PQstatus(c->db) != CONNECTION_OK;
+                       "setting synchronous_commit", NULL, retry)) != IDEM_OK) {
+    conn_free(c);
+    return rc;
+  }
+  if (prepare && (rc = conn_prepare(s, c, retry)) != IDEM_OK) {
     conn_free(c);
     return rc;
   }
@@ -950,14 +966,14 @@ static int setup(pg_store *s, conn *c) {
   long long version = 0;
   char sql[256];
   int rc, i, has_meta, has_attempts;
-  if ((rc = exec_fixed(s, c, "BEGIN", "opening the attempt log", NULL)))
+  if ((rc = exec_fixed(s, c, "BEGIN", "opening the attempt log", NULL, NULL)))
     return rc;
   snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d)", APP_LOCK);
-  if ((rc = exec_fixed(s, c, sql, "locking the schema", NULL)) ||
+  if ((rc = exec_fixed(s, c, sql, "locking the schema", NULL, NULL)) ||
       (rc = exec_fixed(s, c,
                        "SELECT to_regclass('idem_meta') IS NOT NULL,"
                        " to_regclass('idem_attempts') IS NOT NULL",
-                       "reading the schema", &r)))
+                       "reading the schema", &r, NULL)))
     goto fail;
   has_meta = PQgetvalue(r, 0, 0)[0] == 't';
   has_attempts = PQgetvalue(r, 0, 1)[0] == 't';
@@ -967,7 +983,7 @@ static int setup(pg_store *s, conn *c) {
     if ((rc = exec_fixed(s, c,
                          "SELECT value FROM idem_meta"
                          " WHERE key = 'schema_version'",
-                         "reading the schema version", &r)))
+                         "reading the schema version", &r, NULL)))
       goto fail;
     version = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
     PQclear(r);
@@ -1006,10 +1022,10 @@ static int setup(pg_store *s, conn *c) {
              "INSERT INTO idem_meta VALUES ('schema_version', '%d')"
              " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
              SCHEMA_VERSION);
-    if ((rc = exec_fixed(s, c, sql, "writing the schema version", NULL)))
+    if ((rc = exec_fixed(s, c, sql, "writing the schema version", NULL, NULL)))
       goto fail;
   }
-  return exec_fixed(s, c, "COMMIT", "committing the schema", NULL);
+  return exec_fixed(s, c, "COMMIT", "committing the schema", NULL, NULL);
 fail:
   PQclear(r);
   PQclear(PQexecParams(c->db, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0));
@@ -1122,10 +1138,14 @@ int idem__pg_open(const char *url, idem__store **out) {
   ** waited for as a lost connection is. */
   deadline = mono_ms() + RETRY_MS;
   for (;;) {
+    int again = 0;
     rc = conn_open(s, &c, &retry, 0);
-    if (rc == IDEM_OK && (rc = setup(s, c)) == IDEM_OK) rc = conn_prepare(s, c);
+    if (rc == IDEM_OK && (rc = setup(s, c)) == IDEM_OK)
+      rc = conn_prepare(s, c, &again);
     if (c) {
-      retry = rc != IDEM_OK && PQstatus(c->db) != CONNECTION_OK ? 2 : 0;
+      retry = rc != IDEM_OK && (again || PQstatus(c->db) != CONNECTION_OK)
+                  ? 2
+                  : 0;
     }
     /* (a server that is not there at all fails at once: a typo in the
     ** URL should not make the user wait) */
