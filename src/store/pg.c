@@ -697,21 +697,22 @@ static int pipeline(conn *c, const pq_req *q, int n, PGresult **res) {
 }
 
 /* Prepare every statement on a new connection, in one pipeline.  *again:
-** the failure was the connection's (cut by the server meanwhile, say), so
-** a new one may succeed. */
+** the failure was the connection's (it is gone, or the server's error says
+** it ended it meanwhile), so a new one may succeed; a failure of libpq
+** itself with the connection up (no result to classify) is not retried. */
 static int conn_prepare(pg_store *s, conn *c, int *again) {
   PGresult *r;
   int i, ok = 1, got = 0;
   *again = 0;
   if (!PQenterPipelineMode(c->db)) {
-    *again = classify(c->db, NULL) == F_RETRY;
+    *again = PQstatus(c->db) != CONNECTION_OK;
     return msg_pq(s, c->db, NULL, "preparing");
   }
   for (i = 0; i < N_STMTS; i++)
     if (!PQsendPrepare(c->db, stmt_name[i], stmt_sql[i], 0, NULL)) ok = 0;
   if (!ok || !PQpipelineSync(c->db)) {
     PQexitPipelineMode(c->db);
-    *again = classify(c->db, NULL) == F_RETRY;
+    *again = PQstatus(c->db) != CONNECTION_OK;
     return msg_pq(s, c->db, NULL, "preparing the statements");
   }
   for (;;) {
