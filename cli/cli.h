@@ -60,12 +60,12 @@ int cli_read_all(const char *path, size_t max, char **out, size_t *len,
 
 /* ---- lines.c: --lines modes on every core -------------------------------- */
 
-/* A growable output buffer of one worker. */
-typedef struct cli_outbuf {
-  char *p;
-  size_t len, cap;
-} cli_outbuf;
+/* A growable output buffer of one worker: the library's own, so the
+** canonicalizer can write into it directly (idem__canon_append; the
+** verbs that use it include idemInt.h).  lines.c makes its cap SIZE_MAX. */
+typedef struct idem__buf cli_outbuf;
 
+/* Append n bytes at p; nonzero when memory ran out. */
 int cli_outbuf_put(cli_outbuf *o, const void *p, size_t n);
 
 /* Turn one input line (without its newline) into output: append the

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "idemInt.h"
 
 /* The key, or {"fingerprint","key","payload"} with --json, and a newline. */
 static int put_key(cli_outbuf *o, const idem_key *k, int json) {
@@ -156,9 +157,10 @@ int cmd_key(int argc, char **argv) {
   }
   rc = idem_key_mint(c, &call, &spec, &k);
   if (rc == IDEM_OK) {
-    cli_outbuf o = {NULL, 0, 0};
+    cli_outbuf o;
+    idem__buf_init(&o, SIZE_MAX);
     if (put_key(&o, &k, json) == 0) fwrite(o.p, 1, o.len, stdout);
-    free(o.p);
+    idem__buf_free(&o);
     rc = cli_flush();
   } else {
     cli_err("%s", idem_canon_errmsg(c));

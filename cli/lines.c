@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "idemInt.h"
 
 #define BLOCK ((size_t)8 << 20)
 #define MAX_WORKERS 16
@@ -61,17 +62,7 @@ int cli_workers(void) {
 }
 
 int cli_outbuf_put(cli_outbuf *o, const void *p, size_t n) {
-  if (o->len + n > o->cap) {
-    size_t cap = o->cap ? o->cap : 65536;
-    char *q;
-    while (cap < o->len + n) cap *= 2;
-    if (!(q = realloc(o->p, cap))) return -1;
-    o->p = q;
-    o->cap = cap;
-  }
-  memcpy(o->p + o->len, p, n);
-  o->len += n;
-  return 0;
+  return idem__buf_append(o, p, n) != IDEM_OK;
 }
 
 static void add_err(slice *s, size_t line, const char *msg) {
@@ -217,10 +208,7 @@ static void pool_stop(pool *pl) {
 ** TLB shootdown).  Failure is not an error here: cli_outbuf_put tries
 ** again and reports it. */
 static void outbuf_reserve(cli_outbuf *o, size_t n) {
-  char *q;
-  if (o->cap >= n || !(q = realloc(o->p, n))) return;
-  o->p = q;
-  o->cap = n;
+  if (o->alloc < n && n > o->len) (void)idem__buf_reserve(o, n - o->len);
 }
 
 /* Cut the complete lines [data, data+len) into chunks and set the helpers
@@ -293,6 +281,8 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
     return EXIT_FAIL;
   }
   bt[0].fn = bt[1].fn = fn;
+  for (j = 0; j < 2; j++)
+    for (k = 0; k < MAX_CHUNKS; k++) idem__buf_init(&bt[j].sl[k].out, SIZE_MAX);
   memset(&pl, 0, sizeof pl);
   pool_start(&pl, states, nstates);
   {
@@ -397,7 +387,7 @@ done:
   pool_stop(&pl);
   for (j = 0; j < 2; j++)
     for (k = 0; k < MAX_CHUNKS; k++) {
-      free(bt[j].sl[k].out.p);
+      idem__buf_free(&bt[j].sl[k].out);
       free(bt[j].sl[k].errs);
     }
   free(bt);

@@ -336,53 +336,73 @@ static void c_locale_init(void) {
 }
 
 /*
-** all_digits8: are the eight bytes of x (little-endian) all ASCII digits?
-** Adding 6 to each byte keeps a digit below 0x40 only if it was at most
-** '9'.  eight_digits: the eight digits at p (the caller has seen that they
-** are) as a number, in three multiply-shift rounds that combine pairs,
-** quads and the two halves.
+** Digits eight at a time.  digit_bytes(x): for the eight bytes of x
+** (little-endian, so the first byte is the lowest) a word whose byte is 0
+** exactly where x holds an ASCII digit - up to and including the first
+** byte that is not one; past that it is unreliable (adding 6 may carry
+** out of a byte >= 0xFA), which no caller looks at.  digits_value(x, n): the
+** number that the first n (1..8) of those digits spell: their values move to
+** the top of the word, so the bytes below are leading zeros, then three
+** multiply-shift rounds combine pairs, quads and the two halves.
 */
 #ifdef CANON_SWAR
-static inline int all_digits8(uint64_t x) {
+static inline uint64_t digit_bytes(uint64_t x) {
   return ((x & 0xF0F0F0F0F0F0F0F0u) |
-          (((x + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) >> 4)) ==
+          (((x + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) >> 4)) ^
          0x3333333333333333u;
 }
 
-static inline uint64_t eight_digits(const unsigned char *p) {
-  uint64_t x;
-  memcpy(&x, p, 8);
-  x -= 0x3030303030303030u;
+static inline uint64_t digits_value(uint64_t x, unsigned n) {
+  x -= 0x3030303030303030u; /* a borrow only moves up, past the digits */
+  x <<= 8 * (8 - n);
   x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFu;   /* 4 x 2 digits */
   x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFu; /* 2 x 4 digits */
   return (x * 10000 + (x >> 32)) & 0xFFFFFFFFu;    /* 8 digits */
 }
 #endif
 
-/* The decimal digits of a number literal as read in one pass: the first 19
-** significant digits in m, the power of ten that scales them, whether a
-** dropped digit was not 0, and the exponent as written (saturated). */
+static const uint64_t pow10_u64[9] = {1,      10,      100,      1000,     10000,
+                                      100000, 1000000, 10000000, 100000000};
+
+/* The run of digits at q: returns its end, adds its length to *n and its
+** value to *m (*m = *m * 10^len + value; exact while the digits read into
+** *m number at most 19, and wrapping harmlessly past that). */
+static inline const unsigned char *scan_digits(const unsigned char *q,
+                                               const unsigned char *end,
+                                               uint64_t *m, size_t *n) {
+#ifdef CANON_SWAR
+  while (end - q >= 8) {
+    uint64_t x, nd;
+    unsigned k;
+    memcpy(&x, q, 8);
+    nd = digit_bytes(x);
+    k = nd ? (unsigned)__builtin_ctzll(nd) / 8 : 8;
+    if (k) *m = *m * pow10_u64[k] + digits_value(x, k);
+    *n += k;
+    q += k;
+    if (k < 8) return q;
+  }
+#endif
+  for (; q < end && is_digit(*q); q++, ++*n) *m = *m * 10 + (*q - '0');
+  return q;
+}
+
+/* The decimal digits of a number literal: the first 19 significant digits
+** in m, the power of ten that scales them, whether a dropped digit was not
+** 0, and the exponent as written (saturated). */
 typedef struct decimal {
   uint64_t m;
   long e10, ex;
   int nsig, cut, neg;
 } decimal;
 
-/* Add the digits [q, e) (all digits: digits_end found them) to d; frac:
-** they follow the decimal point. */
-static inline void add_digits(decimal *d, const unsigned char *q,
-                              const unsigned char *e, int frac) {
+/* Add the digits [q, e) to d one by one; frac: they follow the decimal
+** point.  Only for literals with more than 19 significant digits. */
+static void add_digits(decimal *d, const unsigned char *q,
+                       const unsigned char *e, int frac) {
   if (d->m == 0) /* leading zeros are not significant */
     for (; q < e && *q == '0'; q++)
       if (frac) d->e10--;
-#ifdef CANON_SWAR
-  while (e - q >= 8 && d->nsig <= 11) {
-    d->m = d->m * 100000000u + eight_digits(q);
-    d->nsig += 8;
-    if (frac) d->e10 -= 8;
-    q += 8;
-  }
-#endif
   for (; q < e; q++) {
     if (d->nsig < 19) {
       d->m = d->m * 10 + (uint64_t)(*q - '0');
@@ -459,54 +479,72 @@ static int number_value(idem_canon *c, const unsigned char *p,
 }
 
 /* 2^53, the largest integer literal that names exactly one double. */
-static const char two53[] = "9007199254740992";
+#define TWO53 (UINT64_C(1) << 53)
 
-/* The end of the run of digits at q. */
-static inline const unsigned char *digits_end(const unsigned char *q,
-                                              const unsigned char *end) {
-#ifdef CANON_SWAR
-  uint64_t x;
-  while (end - q >= 8 && (memcpy(&x, q, 8), all_digits8(x))) q += 8;
-#endif
-  while (q < end && is_digit(*q)) q++;
-  return q;
-}
-
-/* Check the grammar of the number at *pp, read its digits in the same pass,
-** and write its canonical form. */
+/*
+** Check the grammar of the number at *pp, read its digits in the same pass,
+** and write its canonical form.  An integer is copied as written (it is
+** canonical once -0 is 0); any other literal becomes a double and is
+** printed.  Its digits go into one 64-bit significand as they are checked,
+** eight at a time; only a literal with more than 19 significant digits is
+** read a second time, digit by digit, to round it.
+*/
 static int parse_number(idem_canon *c, const unsigned char **pp,
                         const unsigned char *s, const unsigned char *end) {
-  const unsigned char *start = *pp, *q = start, *digits, *e;
+  const unsigned char *start = *pp, *q = start, *digits, *int_end;
+  const unsigned char *frac = NULL, *frac_end = NULL;
   char *w = c->out.p + c->out.len;
   char tmp[16];
   decimal d = {0, 0, 0, 0, 0, 0};
-  size_t nd;
-  int is_int = 1;
+  uint64_t m = 0;
+  size_t nint = 0, nfrac = 0, nzero = 0;
   if (*q == '-') d.neg = 1, q++;
   digits = q;
   if (q < end && *q == '0') {
-    q++;
+    q++; /* a zero integer part adds no significant digit */
     if (q < end && is_digit(*q))
       return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                               "leading zero in a number");
   } else if (q < end && is_digit(*q)) {
-    q = digits_end(q, end);
+    q = scan_digits(q, end, &m, &nint);
   } else
     return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                             "expected a digit, found %s",
                             show_byte(q, end, tmp));
-  nd = (size_t)(q - digits);
-  if (q < end && (*q == '.' || (*q | 0x20) == 'e')) {
-    is_int = 0;
-    add_digits(&d, digits, q, 0);
+  int_end = q;
+  if (q >= end || (*q != '.' && (*q | 0x20) != 'e')) { /* an integer */
+    size_t n = (size_t)(q - start);
+    *pp = q;
+    if (nint > 16 || (nint == 16 && m > TWO53))
+      return idem__canon_fail(
+          c, IDEM_JSON_BIGINT, (size_t)(start - s),
+          "integer %.*s%s is beyond 2^53 and cannot be told apart from its "
+          "neighbours (send it as a string)",
+          (int)(n > 24 ? 24 : n), (const char *)start, n > 24 ? "..." : "");
+    if (nint == 0) { /* 0 or -0, which is 0 */
+      *w = '0';
+      c->out.len++;
+      return IDEM_OK;
+    }
+    /* at most 17 bytes: copied as two words when the input has them (the
+    ** output has IDEM__DTOA_MAX bytes to spare past the text's length) */
+    if (end - start >= 16 && n <= 16) {
+      memcpy(w, start, 8);
+      memcpy(w + 8, start + 8, 8);
+    } else
+      memcpy(w, start, n);
+    c->out.len += n;
+    return IDEM_OK;
   }
-  if (q < end && *q == '.') {
+  if (*q == '.') {
     if (++q >= end || !is_digit(*q))
       return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                               "expected a digit after '.'");
-    e = digits_end(q, end);
-    add_digits(&d, q, e, 1);
-    q = e;
+    frac = q;
+    if (m == 0) /* 0.000123: zeros before the first significant digit */
+      while (q < end && *q == '0') q++, nzero++;
+    q = scan_digits(q, end, &m, &nfrac);
+    frac_end = q;
   }
   if (q < end && (*q | 0x20) == 'e') {
     int eneg = 0;
@@ -517,26 +555,18 @@ static int parse_number(idem_canon *c, const unsigned char **pp,
                               "expected a digit in the exponent");
     for (; q < end && is_digit(*q); q++)
       if (d.ex < 100000000) d.ex = d.ex * 10 + (*q - '0');
-    d.e10 += eneg ? -d.ex : d.ex;
+    d.e10 = eneg ? -d.ex : d.ex;
   }
   *pp = q;
-  if (is_int) {
-    if (nd > 16 || (nd == 16 && memcmp(digits, two53, 16) > 0))
-      return idem__canon_fail(
-          c, IDEM_JSON_BIGINT, (size_t)(start - s),
-          "integer %.*s%s is beyond 2^53 and cannot be told apart from its "
-          "neighbours (send it as a string)",
-          (int)(q - start > 24 ? 24 : q - start), (const char *)start,
-          q - start > 24 ? "..." : "");
-    if (nd == 1 && *digits == '0') {
-      *w = '0'; /* -0 is 0 */
-      c->out.len++;
-      return IDEM_OK;
-    }
-    memcpy(w, start, (size_t)(q - start));
-    c->out.len += (size_t)(q - start);
-    return IDEM_OK;
+  if (nint + nfrac <= 19) { /* m holds every digit exactly */
+    d.m = m;
+    d.nsig = (int)(nint + nfrac);
+    d.e10 -= (long)(nzero + nfrac);
   } else {
+    add_digits(&d, digits, int_end, 0);
+    if (frac) add_digits(&d, frac, frac_end, 1);
+  }
+  {
     double v;
     int rc = number_value(c, start, q, &d, &v);
     if (rc != IDEM_OK) return rc;
@@ -626,24 +656,34 @@ static int name_cmp_rest(const char *out, const idem__member *x,
 }
 
 /*
+** A name's first eight bytes as a number that compares in UTF-16 order:
+** big-endian, 0-padded (names shorter than eight bytes sort first; an
+** unescaped name holds no 0 byte), with the lead bytes EE and EF (U+E000 -
+** U+FFFF) moved to F5 and F6, above the lead bytes F0-F4 of the characters
+** that UTF-16 writes as surrogates (utf16_order).  Those bytes are never
+** continuation bytes and F5, F6 never occur in UTF-8, so no other order
+** changes.
+*/
+static inline uint64_t name_key(uint64_t v) {
+  if (v & 0x8080808080808080u) {
+    int sh;
+    for (sh = 0; sh < 64; sh += 8) {
+      unsigned b = (unsigned)(v >> sh) & 0xFF;
+      if (b == 0xEE || b == 0xEF) v += (uint64_t)(0xF5 - 0xEE) << sh;
+    }
+  }
+  return v;
+}
+
+/*
 ** Compare two member names (canonical strings in the output) by UTF-16 code
 ** units of their decoded content.  Most comparisons end within the first
-** eight bytes, kept as a big-endian number in pfx: that test is inline.
+** eight bytes, kept in pfx (name_key): that test is inline.
 */
 static inline int name_cmp(const char *out, const idem__member *x,
                            const idem__member *y) {
-  if (x->pfx != y->pfx && !x->escaped && !y->escaped) {
-    /* the first differing byte of the two prefixes (a 0 pad sorts first,
-    ** and unescaped names hold no 0 byte) */
-#if defined(__GNUC__)
-    int sh = (63 - __builtin_clzll(x->pfx ^ y->pfx)) & ~7;
-#else
-    int sh = 56;
-    while (((x->pfx ^ y->pfx) >> sh & 0xFF) == 0) sh -= 8;
-#endif
-    return utf16_order((unsigned)(x->pfx >> sh) & 0xFF,
-                       (unsigned)(y->pfx >> sh) & 0xFF);
-  }
+  if (x->pfx != y->pfx && !(x->escaped | y->escaped))
+    return x->pfx < y->pfx ? -1 : 1;
   return name_cmp_rest(out, x, y);
 }
 
@@ -857,8 +897,10 @@ static int nomem(idem_canon *c, int rc, const unsigned char *p,
                           "canonical output would exceed its buffer cap");
 }
 
-int idem__canon_run(idem_canon *c, const char *text, size_t len,
-                    const idem__canon_opt *opt) {
+/* Canonicalize text onto the end of c->out (the offsets kept in the frames
+** and members count from c->out.p, so earlier bytes are never looked at). */
+static int canon_onto(idem_canon *c, const char *text, size_t len,
+                      const idem__canon_opt *opt) {
   const unsigned char *s = (const unsigned char *)text, *p = s, *end = s + len;
   size_t depth = 0;
   idem__frame *f = NULL;
@@ -868,7 +910,6 @@ int idem__canon_run(idem_canon *c, const char *text, size_t len,
   c->err = IDEM_OK;
   c->err_off = 0;
   c->errmsg[0] = '\0';
-  c->out.len = 0;
   c->mem_len = 0;
   c->top_members = 0;
   if (len > c->max_bytes)
@@ -956,16 +997,20 @@ member:
     if ((rc = parse_string(c, &p, s, end, &m->escaped))) return rc;
     { /* the name's first bytes as a number: most comparisons end there */
       const unsigned char *nm = (const unsigned char *)c->out.p + m->start + 1;
-      size_t nl = c->out.len - m->start - 2, i;
+      size_t nl = c->out.len - m->start - 2;
       uint64_t v = 0;
 #ifdef CANON_SWAR
-      if (nl >= 8) {
-        memcpy(&v, nm, 8);
-        v = __builtin_bswap64(v);
-      } else
+      /* Eight bytes are always there to read: the reserve above left
+      ** IDEM__DTOA_MAX bytes past what the name can take.  A shorter name's
+      ** bytes past its end (its closing quote, old output) are masked. */
+      memcpy(&v, nm, 8);
+      v = __builtin_bswap64(v);
+      if (nl < 8) v &= ~(~UINT64_C(0) >> 8 * nl);
+#else
+      size_t i;
+      for (i = 0; i < 8; i++) v = v << 8 | (i < nl ? nm[i] : 0);
 #endif
-        for (i = 0; i < 8; i++) v = v << 8 | (i < nl ? nm[i] : 0);
-      m->pfx = v;
+      m->pfx = name_key(v);
     }
     p = skip_ws(p, end);
     if (p >= end || *p != ':') {
@@ -1022,6 +1067,32 @@ early_end:
   return idem__canon_fail(
       c, IDEM_JSON_SYNTAX, len, "unexpected end of text inside %s",
       c->stack[depth - 1].is_object ? "an object" : "an array");
+}
+
+int idem__canon_run(idem_canon *c, const char *text, size_t len,
+                    const idem__canon_opt *opt) {
+  c->out.len = 0;
+  return canon_onto(c, text, len, opt);
+}
+
+int idem__canon_append(idem_canon *c, const char *text, size_t len,
+                       idem__buf *dst) {
+  idem__canon_opt opt = {0, NULL, 0, 0};
+  idem__buf own = c->out;
+  size_t base = dst->len;
+  int rc;
+  opt.max_depth = c->max_depth;
+  c->out = *dst;
+  /* the same room for this text as in the handle's own buffer */
+  c->out.cap = own.cap < SIZE_MAX - base ? base + own.cap : SIZE_MAX;
+  if (c->out.cap > dst->cap) c->out.cap = dst->cap;
+  rc = canon_onto(c, text, len, &opt);
+  if (rc != IDEM_OK) c->out.len = base;
+  dst->p = c->out.p;
+  dst->len = c->out.len;
+  dst->alloc = c->out.alloc;
+  c->out = own;
+  return rc;
 }
 
 /* ---- the public face ------------------------------------------------------ */

@@ -72,7 +72,7 @@ typedef struct idem__member {
   size_t end;    /* one past the canonical value            */
   size_t in_off; /* the name's offset in the input text     */
   int escaped;   /* the canonical name holds a backslash    */
-  uint64_t pfx;  /* its first 8 bytes, big-endian, 0-padded */
+  uint64_t pfx;  /* its first 8 bytes as a sort key (name_key) */
 } idem__member;
 
 /* One open array or object. */
@@ -121,6 +121,13 @@ typedef struct idem__canon_opt {
 ** order.  On failure c->err/err_off/errmsg are set. */
 int idem__canon_run(idem_canon *c, const char *text, size_t len,
                     const idem__canon_opt *opt);
+
+/* Canonicalize text as idem_canon_json() does, but onto the end of dst
+** (which c borrows for the call), so a caller gathering many answers in one
+** buffer copies none of them.  On failure dst keeps its old length.  Not
+** for key minting: the members it leaves in c->mem count from dst. */
+int idem__canon_append(idem_canon *c, const char *text, size_t len,
+                       idem__buf *dst);
 
 /* Is member m's decoded name equal to the bytes [raw, raw+n)? */
 int idem__member_is(const idem_canon *c, const idem__member *m, const char *raw,
