@@ -31,7 +31,7 @@
 #include "cli.h"
 #include "idemInt.h"
 
-#define BLOCK ((size_t)8 << 20)
+#define BLOCK ((size_t)2 << 20)
 #define MAX_WORKERS 16
 #define CHUNKS_PER_WORKER 8 /* a block's chunks: enough to even out */
 #define MAX_CHUNKS (MAX_WORKERS * CHUNKS_PER_WORKER)

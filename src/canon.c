@@ -364,6 +364,21 @@ static inline uint64_t digits_value(uint64_t x, unsigned n) {
 static const uint64_t pow10_u64[9] = {1,      10,      100,      1000,     10000,
                                       100000, 1000000, 10000000, 100000000};
 
+/* The end of the run of digits at q. */
+static inline const unsigned char *digits_end(const unsigned char *q,
+                                              const unsigned char *end) {
+#ifdef CANON_SWAR
+  while (end - q >= 8) {
+    uint64_t x, nd;
+    memcpy(&x, q, 8);
+    if ((nd = digit_bytes(x)) != 0) return q + __builtin_ctzll(nd) / 8;
+    q += 8;
+  }
+#endif
+  while (q < end && is_digit(*q)) q++;
+  return q;
+}
+
 /* The run of digits at q: returns its end, adds its length to *n and its
 ** value to *m (*m = *m * 10^len + value; exact while the digits read into
 ** *m number at most 19, and wrapping harmlessly past that). */
@@ -479,15 +494,15 @@ static int number_value(idem_canon *c, const unsigned char *p,
 }
 
 /* 2^53, the largest integer literal that names exactly one double. */
-#define TWO53 (UINT64_C(1) << 53)
+static const char two53[] = "9007199254740992";
 
 /*
 ** Check the grammar of the number at *pp, read its digits in the same pass,
 ** and write its canonical form.  An integer is copied as written (it is
-** canonical once -0 is 0); any other literal becomes a double and is
-** printed.  Its digits go into one 64-bit significand as they are checked,
-** eight at a time; only a literal with more than 19 significant digits is
-** read a second time, digit by digit, to round it.
+** canonical once -0 is 0): its digits are only counted, eight per load.
+** Any other literal becomes a double and is printed: its digits go into
+** one 64-bit significand, eight at a time; only a literal with more than
+** 19 significant digits is read again, digit by digit, to round it.
 */
 static int parse_number(idem_canon *c, const unsigned char **pp,
                         const unsigned char *s, const unsigned char *end) {
@@ -506,7 +521,8 @@ static int parse_number(idem_canon *c, const unsigned char **pp,
       return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                               "leading zero in a number");
   } else if (q < end && is_digit(*q)) {
-    q = scan_digits(q, end, &m, &nint);
+    q = digits_end(q, end); /* an integer needs only its length */
+    nint = (size_t)(q - digits);
   } else
     return idem__canon_fail(c, IDEM_JSON_SYNTAX, (size_t)(q - s),
                             "expected a digit, found %s",
@@ -515,7 +531,7 @@ static int parse_number(idem_canon *c, const unsigned char **pp,
   if (q >= end || (*q != '.' && (*q | 0x20) != 'e')) { /* an integer */
     size_t n = (size_t)(q - start);
     *pp = q;
-    if (nint > 16 || (nint == 16 && m > TWO53))
+    if (nint > 16 || (nint == 16 && memcmp(digits, two53, 16) > 0))
       return idem__canon_fail(
           c, IDEM_JSON_BIGINT, (size_t)(start - s),
           "integer %.*s%s is beyond 2^53 and cannot be told apart from its "
@@ -535,6 +551,10 @@ static int parse_number(idem_canon *c, const unsigned char **pp,
       memcpy(w, start, n);
     c->out.len += n;
     return IDEM_OK;
+  }
+  if (nint) { /* the integer part's value, now that it is needed */
+    size_t n = 0;
+    scan_digits(digits, end, &m, &n);
   }
   if (*q == '.') {
     if (++q >= end || !is_digit(*q))
@@ -997,12 +1017,17 @@ member:
     if ((rc = parse_string(c, &p, s, end, &m->escaped))) return rc;
     { /* the name's first bytes as a number: most comparisons end there */
       const unsigned char *nm = (const unsigned char *)c->out.p + m->start + 1;
+      const unsigned char *in = s + m->in_off + 1;
       size_t nl = c->out.len - m->start - 2;
       uint64_t v = 0;
 #ifdef CANON_SWAR
-      /* Eight bytes are always there to read: the reserve above left
-      ** IDEM__DTOA_MAX bytes past what the name can take.  A shorter name's
-      ** bytes past its end (its closing quote, old output) are masked. */
+      /* Eight bytes are always there to read in the output: the reserve
+      ** above left IDEM__DTOA_MAX bytes past what the name can take.  But
+      ** the output was just stored, in other pieces, and a load that spans
+      ** them waits for the stores; the input holds the same bytes when it
+      ** is as long (every escape that canonical form drops shrinks it).
+      ** A shorter name's bytes past its end are masked. */
+      if (!m->escaped && (size_t)(p - in) == nl + 1 && end - in >= 8) nm = in;
       memcpy(&v, nm, 8);
       v = __builtin_bswap64(v);
       if (nl < 8) v &= ~(~UINT64_C(0) >> 8 * nl);
