@@ -236,6 +236,166 @@ size_t idem__utf8_len(const unsigned char *p, const unsigned char *end) {
   return p < end ? utf8_len(p, end) : 0;
 }
 
+/*
+** Text in other scripts, sixteen bytes at a time (x86-64 with SSSE3, chosen
+** at run time: idem_canon_open sets c->simd).  scan_utf8() copies a string's
+** content from q to w while it is plain: no '"', no '\\', no control byte,
+** and valid UTF-8, which it checks a block at a time with the three
+** nibble-table lookups of Keiser and Lemire ("Validating UTF-8 in less than
+** one instruction per byte", 2021), worked out here from the Unicode table
+** (3-7) the scalar utf8_len() follows.  Each error class is a bit:
+** TOO_SHORT a lead byte not followed by a continuation byte, TOO_LONG a
+** continuation after ASCII, TWO_CONTS two continuations in a row (allowed
+** only as the third or fourth byte of a sequence), OVERLONG_2/3/4 the
+** overlong forms (C0, C1; E0 80-9F; F0 80-8F), SURROGATE ED A0-BF,
+** TOO_LARGE F4 90-BF and F5-FF.  lo1 and hi1 classify the byte before,
+** hi2 the byte itself; a byte is wrong when all three share a bit, except
+** that TWO_CONTS is right exactly when the byte two or three back starts a
+** three- or four-byte sequence.
+**
+** It stops at the first special byte (the caller handles it, then calls
+** again) or when fewer than 16 bytes are left, backing up to the start of
+** a character cut by that point; the scalar loop takes it from there.
+** Returns 0, or -1 when some byte is not valid UTF-8: the caller then
+** reads the whole string again with the scalar code, which says where.
+*/
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CANON_SSSE3 1
+#include <tmmintrin.h>
+
+#define U8_TOO_SHORT 0x01
+#define U8_TOO_LONG 0x02
+#define U8_OVERLONG_3 0x04
+#define U8_TOO_LARGE 0x08
+#define U8_SURROGATE 0x10
+#define U8_OVERLONG_2 0x20
+#define U8_TOO_LARGE_1000 0x40
+#define U8_OVERLONG_4 0x40
+#define U8_TWO_CONTS 0x80
+#define U8_CARRY (U8_TOO_SHORT | U8_TOO_LONG | U8_TWO_CONTS)
+
+__attribute__((target("ssse3"))) static inline __m128i
+utf8_block_error(__m128i prev, __m128i v) {
+  const __m128i hi1_t = _mm_setr_epi8(
+      /* 0-7: ASCII */
+      U8_TOO_LONG, U8_TOO_LONG, U8_TOO_LONG, U8_TOO_LONG, U8_TOO_LONG,
+      U8_TOO_LONG, U8_TOO_LONG, U8_TOO_LONG,
+      /* 8-B: continuation */
+      (char)U8_TWO_CONTS, (char)U8_TWO_CONTS, (char)U8_TWO_CONTS,
+      (char)U8_TWO_CONTS,
+      /* C: two bytes, D: two bytes, E: three, F: four */
+      U8_TOO_SHORT | U8_OVERLONG_2, U8_TOO_SHORT,
+      U8_TOO_SHORT | U8_OVERLONG_3 | U8_SURROGATE,
+      U8_TOO_SHORT | U8_TOO_LARGE | U8_TOO_LARGE_1000 | U8_OVERLONG_4);
+  const __m128i lo1_t = _mm_setr_epi8(
+      (char)(U8_CARRY | U8_OVERLONG_3 | U8_OVERLONG_2 | U8_OVERLONG_4),
+      (char)(U8_CARRY | U8_OVERLONG_2), (char)U8_CARRY, (char)U8_CARRY,
+      (char)(U8_CARRY | U8_TOO_LARGE),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000 | U8_SURROGATE),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000),
+      (char)(U8_CARRY | U8_TOO_LARGE | U8_TOO_LARGE_1000));
+  const __m128i hi2_t = _mm_setr_epi8(
+      /* 0-7: ASCII */
+      U8_TOO_SHORT, U8_TOO_SHORT, U8_TOO_SHORT, U8_TOO_SHORT, U8_TOO_SHORT,
+      U8_TOO_SHORT, U8_TOO_SHORT, U8_TOO_SHORT,
+      /* 8: 80-8F, 9: 90-9F, A-B: A0-BF */
+      (char)(U8_TOO_LONG | U8_OVERLONG_2 | U8_TWO_CONTS | U8_OVERLONG_3 |
+             U8_TOO_LARGE_1000 | U8_OVERLONG_4),
+      (char)(U8_TOO_LONG | U8_OVERLONG_2 | U8_TWO_CONTS | U8_OVERLONG_3 |
+             U8_TOO_LARGE),
+      (char)(U8_TOO_LONG | U8_OVERLONG_2 | U8_TWO_CONTS | U8_SURROGATE |
+             U8_TOO_LARGE),
+      (char)(U8_TOO_LONG | U8_OVERLONG_2 | U8_TWO_CONTS | U8_SURROGATE |
+             U8_TOO_LARGE),
+      /* C-F: a lead byte */
+      U8_TOO_SHORT, U8_TOO_SHORT, U8_TOO_SHORT, U8_TOO_SHORT);
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  __m128i p1 = _mm_alignr_epi8(v, prev, 15);
+  __m128i p2 = _mm_alignr_epi8(v, prev, 14);
+  __m128i p3 = _mm_alignr_epi8(v, prev, 13);
+  __m128i sc = _mm_and_si128(
+      _mm_and_si128(
+          _mm_shuffle_epi8(hi1_t, _mm_and_si128(_mm_srli_epi16(p1, 4), nib)),
+          _mm_shuffle_epi8(lo1_t, _mm_and_si128(p1, nib))),
+      _mm_shuffle_epi8(hi2_t, _mm_and_si128(_mm_srli_epi16(v, 4), nib)));
+  /* the third and fourth bytes of a sequence: saturating subtraction
+  ** leaves bit 7 set exactly for a byte >= E0 two back or >= F0 three
+  ** back */
+  __m128i must = _mm_or_si128(_mm_subs_epu8(p2, _mm_set1_epi8(0x60)),
+                              _mm_subs_epu8(p3, _mm_set1_epi8(0x70)));
+  return _mm_xor_si128(sc, _mm_and_si128(must, _mm_set1_epi8((char)0x80)));
+}
+
+/* Non-zero where the block ends inside a character: a lead byte among its
+** last three with too few bytes after it. */
+__attribute__((target("ssse3"))) static inline __m128i
+utf8_cut(__m128i prev) {
+  const __m128i max = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                    -1, -1, -1, (char)0xEF, (char)0xDF,
+                                    (char)0xBF);
+  return _mm_subs_epu8(prev, max);
+}
+
+__attribute__((target("ssse3"))) static int
+scan_utf8(const unsigned char **qp, char **wp, const unsigned char *end) {
+  const unsigned char *q = *qp;
+  char *w = *wp;
+  const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+  const __m128i ctl = _mm_set1_epi8(0x1F);
+  const __m128i idx =
+      _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m128i prev = _mm_setzero_si128(), err = _mm_setzero_si128();
+  while (end - q >= 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)q);
+    __m128i sp = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+        _mm_cmpeq_epi8(_mm_max_epu8(v, ctl), ctl));
+    unsigned mask = (unsigned)_mm_movemask_epi8(sp);
+    _mm_storeu_si128((__m128i *)(void *)w, v);
+    if (mask) { /* the content ends at byte k: what follows reads as 0 */
+      int k = __builtin_ctz(mask);
+      v = _mm_and_si128(v, _mm_cmpgt_epi8(_mm_set1_epi8((char)k), idx));
+      err = _mm_or_si128(err, _mm_movemask_epi8(v) == 0
+                                  ? utf8_cut(prev)
+                                  : utf8_block_error(prev, v));
+      if (_mm_movemask_epi8(_mm_cmpeq_epi8(err, _mm_setzero_si128())) !=
+          0xFFFF)
+        return -1;
+      *qp = q + k;
+      *wp = w + k;
+      return 0;
+    }
+    if (_mm_movemask_epi8(v) == 0) /* ASCII: nothing may be left open */
+      err = _mm_or_si128(err, utf8_cut(prev));
+    else
+      err = _mm_or_si128(err, utf8_block_error(prev, v));
+    prev = v;
+    q += 16;
+    w += 16;
+  }
+  if (_mm_movemask_epi8(_mm_cmpeq_epi8(err, _mm_setzero_si128())) != 0xFFFF)
+    return -1;
+  if (_mm_movemask_epi8(_mm_cmpeq_epi8(utf8_cut(prev), _mm_setzero_si128())) !=
+      0xFFFF) { /* back up to the start of the character that was cut */
+    int i = 1;
+    while (q[-i] < 0xC0) i++;
+    q -= i;
+    w -= i;
+  }
+  *qp = q;
+  *wp = w;
+  return 0;
+}
+#endif
+
 /* ---- strings -------------------------------------------------------------- */
 
 /*
@@ -248,11 +408,26 @@ static int parse_string(idem_canon *c, const unsigned char **pp,
                         int *escaped) {
   const unsigned char *open = *pp, *q = open + 1;
   char *w = c->out.p + c->out.len;
+#ifdef CANON_SSSE3
+  int simd = c->simd;
+#endif
   *w++ = '"';
   for (;;) {
     size_t run = copy_run(q, end, w);
     w += run;
     q += run;
+#ifdef CANON_SSSE3
+    /* at a byte >= 0x80 with a block's worth left: the rest of the string
+    ** in blocks (a string that is all ASCII never gets here) */
+    if (simd && q < end && *q >= 0x80 && end - q >= 16) {
+      if (scan_utf8(&q, &w, end) != 0) {
+        simd = 0; /* start again byte by byte, to say what is wrong where */
+        q = open + 1;
+        w = c->out.p + c->out.len + 1;
+      }
+      continue;
+    }
+#endif
     {
       unsigned char b;
       if (q >= end)
@@ -1100,6 +1275,14 @@ int idem__canon_run(idem_canon *c, const char *text, size_t len,
   return canon_onto(c, text, len, opt);
 }
 
+void idem__canon_simd(idem_canon *c, int on) {
+#ifdef CANON_SSSE3
+  c->simd = on && __builtin_cpu_supports("ssse3");
+#else
+  (void)on;
+#endif
+}
+
 int idem__canon_append(idem_canon *c, const char *text, size_t len,
                        idem__buf *dst) {
   idem__canon_opt opt = {0, NULL, 0, 0};
@@ -1131,6 +1314,10 @@ int idem_canon_open(idem_canon **out) {
   c->magic = IDEM__CANON_MAGIC;
   c->max_depth = IDEM_DEFAULT_MAX_DEPTH;
   c->max_bytes = IDEM_DEFAULT_MAX_BYTES;
+#ifdef CANON_SSSE3
+  __builtin_cpu_init();
+  c->simd = __builtin_cpu_supports("ssse3") != 0;
+#endif
   /* A number may grow from 4 bytes ("1e20") to 21; 8x plus slack bounds
   ** any canonical output, and payloads wrap it in a few dozen bytes. */
   idem__buf_init(&c->out, c->max_bytes * 8 + 4096);

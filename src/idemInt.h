@@ -96,6 +96,7 @@ struct idem_canon {
   size_t stack_cap;
   size_t top_members; /* members of the outermost object, left  */
                       /* in mem[0..] in canonical order         */
+  int simd; /* strings sixteen bytes at a time (SSSE3) */
   int err;
   size_t err_off;
   char errmsg[200];
@@ -128,6 +129,10 @@ int idem__canon_run(idem_canon *c, const char *text, size_t len,
 ** for key minting: the members it leaves in c->mem count from dst. */
 int idem__canon_append(idem_canon *c, const char *text, size_t len,
                        idem__buf *dst);
+
+/* Strings with SSSE3 where the CPU has it (on, the default), or byte by
+** byte (off): the tests run both and compare. */
+void idem__canon_simd(idem_canon *c, int on);
 
 /* Is member m's decoded name equal to the bytes [raw, raw+n)? */
 int idem__member_is(const idem_canon *c, const idem__member *m, const char *raw,

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "idem.h"
+#include "idemInt.h" /* idem__canon_simd */
 
 static idem_canon *open_canon(void) {
   idem_canon *c = NULL;
@@ -247,6 +248,72 @@ static void test_utf16_order(void) {
   idem_canon_close(c);
 }
 
+/* ---- strings sixteen bytes at a time against byte by byte ---------------- */
+
+/* Pieces of string content: valid characters of every length at the edges
+** of Table 3-7, escapes, and each kind of invalid UTF-8. */
+static const char *const good_piece[] = {
+    "a", "Zq", " ", "0123456789", "plain text ", "\xc3\xa9", "\xce\xa9",
+    "\xc2\x80", "\xdf\xbf", "\xe2\x82\xac", "\xe4\xb8\xad", "\xe0\xa0\x80",
+    "\xed\x9f\xbf", "\xee\x80\x80", "\xef\xbf\xbf", "\xf0\x90\x80\x80",
+    "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf", "caf\xc3\xa9 d\xc3\xa9j\xc3\xa0 ",
+    "\\n", "\\\"", "\\\\", "\\/", "\\u00e9", "\\u001f", "\\ud83d\\ude00"};
+static const char *const bad_piece[] = {
+    "\xc0\x80", "\xc1\xbf", "\xe0\x80\x80", "\xe0\x9f\xbf", "\xed\xa0\x80",
+    "\xed\xbf\xbf", "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf",
+    "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff", "\xfe", "\x80", "\xbf",
+    "\xc3", "\xe2\x82", "\xf0\x9f\x98", "\x01", "\x1f", "\\x", "\\u12"};
+
+static void test_simd_strings(void) {
+  idem_canon *v = open_canon(), *b = open_canon();
+  enum { ROUNDS = 60000 };
+  static const char *const wrap[3][2] = {
+      {"\"", "\""},
+      {"[\"", "\",\"0123456789abcdef0123\"]"},
+      {"{\"", "\":1,\"pad\":\"................\"}"}};
+  char body[400], text[480];
+  int r, diff = 0, ok = 0, bad = 0;
+  idem__canon_simd(v, 1);
+  idem__canon_simd(b, 0);
+  for (r = 0; r < ROUNDS; r++) {
+    size_t n = 0, tn;
+    int pieces = (int)(next_rand() % 40), i, w = r % 3;
+    const char *ov, *ob;
+    size_t lv = 0, lb = 0;
+    int rv, rb;
+    for (i = 0; i < pieces; i++) {
+      const char *pc = next_rand() % 64 == 0
+                           ? bad_piece[next_rand() % (sizeof bad_piece /
+                                                      sizeof *bad_piece)]
+                           : good_piece[next_rand() % (sizeof good_piece /
+                                                       sizeof *good_piece)];
+      size_t pl = strlen(pc);
+      if (n + pl >= sizeof body) break;
+      memcpy(body + n, pc, pl);
+      n += pl;
+    }
+    tn = (size_t)snprintf(text, sizeof text, "%s%.*s%s", wrap[w][0], (int)n,
+                          body, wrap[w][1]);
+    rv = idem_canon_json(v, text, tn, &ov, &lv);
+    rb = idem_canon_json(b, text, tn, &ob, &lb);
+    if (rb == IDEM_OK) ok++;
+    else bad++;
+    if (rv != rb || (rv == IDEM_OK && (lv != lb || memcmp(ov, ob, lv) != 0)) ||
+        (rv != IDEM_OK &&
+         (idem_canon_erroffset(v) != idem_canon_erroffset(b) ||
+          strcmp(idem_canon_errmsg(v), idem_canon_errmsg(b)) != 0))) {
+      if (diff++ < 5)
+        fprintf(stderr, "simd %d / bytes %d on %s: %s / %s\n", rv, rb, text,
+                idem_canon_errmsg(v), idem_canon_errmsg(b));
+    }
+  }
+  CHECK_INT(diff, 0);
+  /* both outcomes are common, or the comparison says little */
+  CHECK(ok > ROUNDS / 4 && bad > ROUNDS / 10);
+  idem_canon_close(v);
+  idem_canon_close(b);
+}
+
 /* ---- keys ----------------------------------------------------------------- */
 
 static void test_keys(void) {
@@ -448,6 +515,7 @@ int main(void) {
   test_deep();
   test_big();
   test_utf16_order();
+  test_simd_strings();
   test_keys();
   test_key_json();
   test_alloc_failures();
