@@ -668,8 +668,22 @@ static int number_value(idem_canon *c, const unsigned char *p,
   return IDEM_OK;
 }
 
-/* 2^53, the largest integer literal that names exactly one double. */
-static const char two53[] = "9007199254740992";
+/* Do the 16 digits at d spell a number above 2^53 = 9007199254740992, the
+** largest integer literal that names exactly one double?  Compared as two
+** big-endian words, so as to need no call. */
+static inline int above_two53(const unsigned char *d) {
+#ifdef CANON_SWAR
+  const uint64_t hi = 0x3930303731393932u, lo = 0x3534373430393932u;
+  uint64_t a, b;
+  memcpy(&a, d, 8);
+  memcpy(&b, d + 8, 8);
+  a = __builtin_bswap64(a);
+  b = __builtin_bswap64(b);
+  return a > hi || (a == hi && b > lo);
+#else
+  return memcmp(d, "9007199254740992", 16) > 0;
+#endif
+}
 
 /*
 ** Check the grammar of the number at *pp, read its digits in the same pass,
@@ -706,7 +720,7 @@ static int parse_number(idem_canon *c, const unsigned char **pp,
   if (q >= end || (*q != '.' && (*q | 0x20) != 'e')) { /* an integer */
     size_t n = (size_t)(q - start);
     *pp = q;
-    if (nint > 16 || (nint == 16 && memcmp(digits, two53, 16) > 0))
+    if (nint > 16 || (nint == 16 && above_two53(digits)))
       return idem__canon_fail(
           c, IDEM_JSON_BIGINT, (size_t)(start - s),
           "integer %.*s%s is beyond 2^53 and cannot be told apart from its "
@@ -1183,7 +1197,8 @@ member:
   }
   if ((rc = idem__buf_reserve(&c->out, (size_t)(end - p) + IDEM__DTOA_MAX)))
     return nomem(c, rc, p, s);
-  if ((rc = grow_members(c, c->mem_len + 1))) return nomem(c, rc, p, s);
+  if (c->mem_len == c->mem_cap && (rc = grow_members(c, c->mem_len + 1)))
+    return nomem(c, rc, p, s);
   {
     idem__member *m = &c->mem[c->mem_len++];
     m->start = c->out.len;
