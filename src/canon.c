@@ -1010,6 +1010,15 @@ static int grow_members(idem_canon *c, size_t need) {
   return IDEM_OK;
 }
 
+/* Refuse member d, the second occurrence of a name. */
+static int fail_duplicate(idem_canon *c, const idem__member *d) {
+  size_t len = d->colon - d->start;
+  return idem__canon_fail(c, IDEM_JSON_DUPLICATE, d->in_off,
+                          "duplicate member name %.*s%s",
+                          (int)(len > 60 ? 60 : len), c->out.p + d->start,
+                          len > 60 ? "...\"" : "");
+}
+
 /*
 ** The object of frame f has just closed (its '}' written).  Put its members
 ** in canonical order, dropping the one named opt->drop_name at the drop
@@ -1027,6 +1036,16 @@ static int close_object(idem_canon *c, const idem__frame *f, size_t depth,
         break;
       }
   }
+  if (depth == 1 && opt->top_as_is && drop == SIZE_MAX && n <= 16) {
+    /* left as it is: only duplicates matter, the first second occurrence
+    ** in input order is the one reported, as after a sort */
+    size_t j;
+    for (j = 1; j < n; j++)
+      for (i = 0; i < j; i++)
+        if (name_cmp(c->out.p, &m[i], &m[j]) == 0)
+          return fail_duplicate(c, &m[j]);
+    return IDEM_OK;
+  }
   for (i = 1; i < n; i++)
     if (name_cmp(c->out.p, &m[i - 1], &m[i]) >= 0) break;
   if (i < n) {
@@ -1039,14 +1058,7 @@ static int close_object(idem_canon *c, const idem__frame *f, size_t depth,
         dup = m[i].in_off;
         dupi = i;
       }
-    if (dup != SIZE_MAX) {
-      const idem__member *d = &m[dupi];
-      size_t len = d->colon - d->start;
-      return idem__canon_fail(c, IDEM_JSON_DUPLICATE, (size_t)dup,
-                              "duplicate member name %.*s%s",
-                              (int)(len > 60 ? 60 : len), c->out.p + d->start,
-                              len > 60 ? "...\"" : "");
-    }
+    if (dup != SIZE_MAX) return fail_duplicate(c, &m[dupi]);
     if (drop != SIZE_MAX) /* find it again after the sort */
       for (drop = 0;
            !name_is(c->out.p, &m[drop], opt->drop_name, opt->drop_len); drop++)
@@ -1300,7 +1312,7 @@ void idem__canon_simd(idem_canon *c, int on) {
 
 int idem__canon_append(idem_canon *c, const char *text, size_t len,
                        idem__buf *dst) {
-  idem__canon_opt opt = {0, NULL, 0, 0};
+  idem__canon_opt opt = {0, NULL, 0, 0, 0};
   idem__buf own = c->out;
   size_t base = dst->len;
   int rc;
@@ -1371,7 +1383,7 @@ int idem_canon_limit(idem_canon *c, int which, size_t value) {
 
 int idem_canon_json(idem_canon *c, const char *text, size_t len,
                     const char **out, size_t *out_len) {
-  idem__canon_opt opt = {0, NULL, 0, 0};
+  idem__canon_opt opt = {0, NULL, 0, 0, 0};
   int rc;
   if (out) *out = NULL;
   if (out_len) *out_len = 0;

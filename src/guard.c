@@ -396,7 +396,7 @@ static void arg_value(idem_step *s, const char *name, size_t n, const char **v,
 static int build_check_args(idem_step *s, const char *args, size_t args_len,
                             const char *key) {
   const char *t = s->rule->status.arguments, *p;
-  idem__canon_opt opt = {0, NULL, 0, 0};
+  idem__canon_opt opt = {0, NULL, 0, 0, 0};
   idem__buf out;
   int rc;
   idem__free(s->check_args);
@@ -650,7 +650,7 @@ static int make_send_args(idem_step *s) {
   if (!rc && s->args_len > 2) rc = idem__buf_append(&b, ",", 1);
   if (!rc) rc = idem__buf_append(&b, s->args + 1, s->args_len - 1);
   if (!rc) {
-    idem__canon_opt opt = {0, NULL, 0, 0};
+    idem__canon_opt opt = {0, NULL, 0, 0, 0};
     opt.max_depth = s->c->max_depth;
     rc = idem__canon_run(s->c, b.p, b.len, &opt);
     if (!rc) {
@@ -679,7 +679,7 @@ static int make_fence_key(idem_step *s) {
   if (!rc) rc = idem__buf_append(&b, "\n", 1);
   if (!rc && r->nfence == 0) rc = idem__buf_append(&b, s->fingerprint, 64);
   if (!rc && r->nfence) {
-    idem__canon_opt opt = {0, NULL, 0, 0};
+    idem__canon_opt opt = {0, NULL, 0, 0, 0};
     opt.max_depth = s->c->max_depth;
     rc = idem__canon_run(s->c, s->args, s->args_len, &opt);
     for (i = 0; !rc && i < r->nfence; i++) {

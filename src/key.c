@@ -185,7 +185,7 @@ static const char *json_kind(char first) {
 
 int idem_key_mint(idem_canon *c, const idem_call *call,
                   const idem_keyspec *spec, idem_key *out) {
-  idem__canon_opt opt = {0, NULL, 0, 1};
+  idem__canon_opt opt = {0, NULL, 0, 1, 0};
   size_t max_len, bad = 0;
   int rc;
   if (out) memset(out, 0, sizeof *out);
@@ -238,7 +238,8 @@ static const char *const member_names[M_COUNT] = {"args", "call", "session",
 
 int idem_key_mint_json(idem_canon *c, const char *text, size_t len,
                        const idem_keyspec *spec, idem_key *out) {
-  idem__canon_opt opt = {0, NULL, 0, 2};
+  idem__canon_opt opt = {0, NULL, 0, 2, 1}; /* the call's own order is kept:
+                                              only its members are used */
   const idem__member *found[M_COUNT] = {NULL, NULL, NULL, NULL};
   size_t max_len, i, session_at;
   int rc, k;

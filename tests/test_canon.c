@@ -435,6 +435,31 @@ static void test_key_json(void) {
   CHECK(k.key_len > 4 && memcmp(k.key, "s%0A:c:", 7) == 0);
   line = "[1]";
   CHECK_INT(idem_key_mint_json(c, line, strlen(line), NULL, &k), IDEM_INVALID);
+  { /* the call object is not reordered, yet a repeated member is refused
+    ** exactly as canonicalizing it would: the same code, the same first
+    ** second occurrence */
+    static const char *const dups[] = {
+        "{\"session\":\"s\",\"call\":\"c\",\"tool\":\"t\",\"args\":{},"
+        "\"call\":\"d\"}",
+        "{\"tool\":\"t\",\"session\":\"s\",\"tool\":\"u\",\"call\":\"c\","
+        "\"args\":{},\"session\":\"x\"}",
+        "{\"args\":{},\"args\":{},\"args\":{},\"session\":\"s\",\"call\":"
+        "\"c\",\"tool\":\"t\"}",
+        "{\"session\":\"s\",\"call\":\"c\",\"tool\":\"t\",\"args\":{\"a\":1,"
+        "\"a\":2}}"};
+    idem_canon *c2 = open_canon();
+    const char *out;
+    size_t n, i;
+    for (i = 0; i < sizeof dups / sizeof *dups; i++) {
+      CHECK_INT(idem_key_mint_json(c, dups[i], strlen(dups[i]), NULL, &k),
+                IDEM_JSON_DUPLICATE);
+      CHECK_INT(idem_canon_json(c2, dups[i], strlen(dups[i]), &out, &n),
+                IDEM_JSON_DUPLICATE);
+      CHECK_INT(idem_canon_erroffset(c), idem_canon_erroffset(c2));
+      CHECK_STR(idem_canon_errmsg(c), idem_canon_errmsg(c2));
+    }
+    idem_canon_close(c2);
+  }
   idem_canon_close(c);
 }
 
