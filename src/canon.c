@@ -344,6 +344,11 @@ utf8_cut(__m128i prev) {
   return _mm_subs_epu8(prev, max);
 }
 
+/* Is any byte of x not zero? */
+__attribute__((target("ssse3"))) static inline int any_byte(__m128i x) {
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_setzero_si128())) != 0xFFFF;
+}
+
 __attribute__((target("ssse3"))) static int
 scan_utf8(const unsigned char **qp, char **wp, const unsigned char *end) {
   const unsigned char *q = *qp;
@@ -366,9 +371,7 @@ scan_utf8(const unsigned char **qp, char **wp, const unsigned char *end) {
       err = _mm_or_si128(err, _mm_movemask_epi8(v) == 0
                                   ? utf8_cut(prev)
                                   : utf8_block_error(prev, v));
-      if (_mm_movemask_epi8(_mm_cmpeq_epi8(err, _mm_setzero_si128())) !=
-          0xFFFF)
-        return -1;
+      if (any_byte(err)) return -1;
       *qp = q + k;
       *wp = w + k;
       return 0;
@@ -381,10 +384,9 @@ scan_utf8(const unsigned char **qp, char **wp, const unsigned char *end) {
     q += 16;
     w += 16;
   }
-  if (_mm_movemask_epi8(_mm_cmpeq_epi8(err, _mm_setzero_si128())) != 0xFFFF)
-    return -1;
-  if (_mm_movemask_epi8(_mm_cmpeq_epi8(utf8_cut(prev), _mm_setzero_si128())) !=
-      0xFFFF) { /* back up to the start of the character that was cut */
+  if (any_byte(err)) return -1;
+  if (any_byte(utf8_cut(prev))) { /* back up to the start of the character
+                                  ** that was cut */
     int i = 1;
     while (q[-i] < 0xC0) i++;
     q -= i;
@@ -1304,6 +1306,7 @@ int idem__canon_run(idem_canon *c, const char *text, size_t len,
 
 void idem__canon_simd(idem_canon *c, int on) {
 #ifdef CANON_SSSE3
+  __builtin_cpu_init();
   c->simd = on && __builtin_cpu_supports("ssse3");
 #else
   (void)on;
@@ -1323,9 +1326,8 @@ int idem__canon_append(idem_canon *c, const char *text, size_t len,
   if (c->out.cap > dst->cap) c->out.cap = dst->cap;
   rc = canon_onto(c, text, len, &opt);
   if (rc != IDEM_OK) c->out.len = base;
-  dst->p = c->out.p;
-  dst->len = c->out.len;
-  dst->alloc = c->out.alloc;
+  c->out.cap = dst->cap;
+  *dst = c->out;
   c->out = own;
   return rc;
 }
@@ -1341,10 +1343,7 @@ int idem_canon_open(idem_canon **out) {
   c->magic = IDEM__CANON_MAGIC;
   c->max_depth = IDEM_DEFAULT_MAX_DEPTH;
   c->max_bytes = IDEM_DEFAULT_MAX_BYTES;
-#ifdef CANON_SSSE3
-  __builtin_cpu_init();
-  c->simd = __builtin_cpu_supports("ssse3") != 0;
-#endif
+  idem__canon_simd(c, 1);
   /* A number may grow from 4 bytes ("1e20") to 21; 8x plus slack bounds
   ** any canonical output, and payloads wrap it in a few dozen bytes. */
   idem__buf_init(&c->out, c->max_bytes * 8 + 4096);

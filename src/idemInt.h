@@ -122,7 +122,8 @@ typedef struct idem__canon_opt {
 /* Canonicalize text into c->out (reset first).  On success the members of
 ** an outermost object are left in c->mem[0..c->top_members) in canonical
 ** order (in input order with opt->top_as_is, for a caller that only picks
-** members out of it and never prints it).  On failure c->err/err_off/errmsg are set. */
+** members out of it and never prints it).  On failure c->err/err_off/errmsg
+** are set. */
 int idem__canon_run(idem_canon *c, const char *text, size_t len,
                     const idem__canon_opt *opt);
 
