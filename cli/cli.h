@@ -102,6 +102,9 @@ typedef struct cli_run_opts {
   int new_group;         /* run it in a process group of its own        */
   size_t max_output;     /* stdout cap                                  */
   int merge_stderr;      /* its stderr goes where its stdout goes       */
+  int relay_stderr;      /* its stderr is a pipe of ours, copied to our */
+                         /* stderr while we watch it (never the        */
+                         /* caller's own, which it could hold open)    */
 } cli_run_opts;
 
 typedef struct cli_run_result {
@@ -130,6 +133,14 @@ typedef struct cli_env {
 int cli_env_build(cli_env *e, const char *key, const char *session,
                   const char *call, const char *tool, int attempt);
 void cli_env_free(cli_env *e);
+
+/* idem exec: a command's exit (res) -> outcome under the rule's
+** exit_codes, and in words (deadline: the one it missed, if it did). */
+struct idem__tool_rule;
+int cli_exec_outcome(const struct idem__tool_rule *r,
+                     const cli_run_result *res);
+void cli_exec_describe(const cli_run_result *res, long long deadline,
+                       char *buf, size_t n);
 
 /* The largest output of a tool or a status command that is kept. */
 #define CLI_MAX_OUTPUT ((size_t)16 << 20)

@@ -32,6 +32,9 @@ static int http_attempt(void *ctx, idem_step *s, int *outcome, char **result,
                    idem_step_deadline_ms(s), &a);
   *outcome = a.outcome;
   *result = NULL;
+  /* a response, whatever it says, ends the exchange: nothing of this
+  ** attempt can land later (SPEC §6a); a timeout or a reset may */
+  if (a.status != 0) idem_step_attempt_ended(s);
   if ((a.outcome == IDEM_OUTCOME_APPLIED ||
        a.outcome == IDEM_OUTCOME_REJECTED) &&
       a.body_len) {

@@ -44,8 +44,7 @@ static int in_list(const int *codes, int n, int code) {
   return 0;
 }
 
-/* Exit codes -> outcome, by the rule's lists. */
-static int map_exit(const idem__tool_rule *r, const cli_run_result *res) {
+int cli_exec_outcome(const idem__tool_rule *r, const cli_run_result *res) {
   if (res->timed_out || !res->exited) return IDEM_OUTCOME_UNKNOWN;
   if (in_list(r->exit_applied, r->n_exit_applied, res->exit_code))
     return IDEM_OUTCOME_APPLIED;
@@ -56,8 +55,8 @@ static int map_exit(const idem__tool_rule *r, const cli_run_result *res) {
   return IDEM_OUTCOME_UNKNOWN;
 }
 
-static void describe(const cli_run_result *res, long long deadline, char *buf,
-                     size_t n) {
+void cli_exec_describe(const cli_run_result *res, long long deadline,
+                       char *buf, size_t n) {
   if (res->spawn_errno)
     snprintf(buf, n, "the command could not be started: %s",
              strerror(res->spawn_errno));
@@ -99,12 +98,14 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
   const exec_ctx *x = ctx;
   const idem_call *call = x->call;
   const idem__tool_rule *rule = x->rule;
-  char token[32], codes[512], self[4096];
+  char token[32], codes[512], self[4096], lease[32], timeout[32], settle[32];
+  char head[32];
   char **argv;
   cli_env env;
   cli_run_opts o;
   cli_run_result res;
-  size_t alen;
+  size_t alen, input_len;
+  char *input;
   const char *args = idem_step_args(s, &alen);
   long long deadline = idem_step_deadline_ms(s);
   int k = 0, rc;
@@ -113,8 +114,11 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
   if (n <= 0) return -1;
   self[n] = '\0';
   snprintf(token, sizeof token, "%lld", idem_step_token(s));
+  snprintf(lease, sizeof lease, "%lld", idem__lease_ms(rule));
+  snprintf(timeout, sizeof timeout, "%lld", deadline);
+  snprintf(settle, sizeof settle, "%lld", (long long)rule->settle_ms);
   codes_arg(codes, sizeof codes, rule);
-  if (!(argv = calloc((size_t)x->ncommand + 16, sizeof *argv))) return -1;
+  if (!(argv = calloc((size_t)x->ncommand + 24, sizeof *argv))) return -1;
   argv[k++] = self;
   argv[k++] = (char *)"__run";
   argv[k++] = (char *)"--log";
@@ -127,6 +131,12 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
   argv[k++] = token;
   argv[k++] = (char *)"--codes";
   argv[k++] = codes;
+  argv[k++] = (char *)"--lease";
+  argv[k++] = lease;
+  argv[k++] = (char *)"--timeout";
+  argv[k++] = timeout;
+  argv[k++] = (char *)"--settle";
+  argv[k++] = settle;
   argv[k++] = (char *)"--";
   for (int i = 0; i < x->ncommand; i++) argv[k++] = x->command[i];
   if (cli_env_build(&env, idem_step_key(s), call->session, call->call_id,
@@ -135,15 +145,30 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
     cli_env_free(&env);
     return -1;
   }
+  /* the input is "LEN\n" and the arguments: a runner whose input ends
+  ** short (we died while writing it) runs nothing */
+  {
+    int hl = snprintf(head, sizeof head, "%zu\n", alen);
+    if (!(input = malloc((size_t)hl + alen + 1))) {
+      free(argv);
+      cli_env_free(&env);
+      return -1;
+    }
+    memcpy(input, head, (size_t)hl);
+    if (alen) memcpy(input + hl, args, alen);
+    input_len = (size_t)hl + alen;
+  }
   memset(&o, 0, sizeof o);
   o.argv = argv;
   o.envp = env.envp;
-  o.input = args;
-  o.input_len = alen;
+  o.input = input;
+  o.input_len = input_len;
   o.deadline_ms = deadline;
   o.max_output = MAX_OUTPUT + 4096;
+  o.relay_stderr = 1;
   rc = cli_run(&o, &res);
   free(argv);
+  free(input);
   cli_env_free(&env);
   if (rc != 0 || res.spawn_errno) {
     /* not even the runner started: nothing was sent */
@@ -162,10 +187,12 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
     free(res.out);
     return 0;
   }
-  /* runner protocol: "<outcome>\n<error line>\n<result>" */
+  /* runner protocol: "<outcome> <ended>\n<error line>\n<result>" */
   {
-    char *p = res.out, *nl1 = strchr(p, '\n'), *nl2;
+    char *p = res.out, *nl1 = strchr(p, '\n'), *nl2, *sp;
     *outcome = atoi(p);
+    sp = strchr(p, ' ');
+    if (sp && nl1 && sp < nl1 && sp[1] == '1') idem_step_attempt_ended(s);
     if (!nl1 || !(nl2 = strchr(nl1 + 1, '\n')) || *outcome < 1 ||
         *outcome > 4) {
       *outcome = IDEM_OUTCOME_UNKNOWN;
@@ -218,7 +245,10 @@ static int load_policy(const char *path, const char *tool, long long timeout,
     idem__buf_free(&b);
   }
   r = idem__policy_rule(p, tool, &scratch);
-  if ((timeout > 0 || status) && r == &scratch) {
+  /* the policy's decision comes first: a tool it refuses is answered
+  ** refused by the guard, whatever the flags say */
+  if ((timeout > 0 || status) && r == &scratch &&
+      r->cls != IDEM_CLASS_REFUSED) {
     cli_err("--timeout and --status need %s to be named in the policy", tool);
     idem_policy_free(p);
     return EXIT_USAGE;
@@ -311,6 +341,8 @@ int cmd_exec(int argc, char **argv) {
     cli_err("%s; the command was not run", idem_guard_errmsg(g));
     goto out;
   }
+  /* the runner, not this process, executes each attempt (runner.c) */
+  idem__guard_defer_start(g);
   if ((rc = idem_guard_begin(g, &call, &s))) {
     cli_err("%s; the command was not run", idem_guard_errmsg(g));
     goto out;
@@ -329,95 +361,4 @@ out:
   idem_policy_free(policy);
   free(stdin_args);
   return code;
-}
-
-/* ---- idem __run: the runner --------------------------------------------------- */
-
-static int parse_codes(const char *s, idem__tool_rule *r) {
-  int *lists[3] = {r->exit_applied, r->exit_not_applied, r->exit_rejected};
-  int *counts[3] = {&r->n_exit_applied, &r->n_exit_not_applied,
-                    &r->n_exit_rejected};
-  int l = 0;
-  for (int i = 0; i < 3; i++) *counts[i] = 0;
-  while (*s && l < 3) {
-    if (*s == ';') {
-      l++;
-      s++;
-    } else if (*s == ',') {
-      s++;
-    } else {
-      char *end;
-      long v = strtol(s, &end, 10);
-      if (end == s) return -1;
-      if (*counts[l] < IDEM__MAX_EXIT_CODES) lists[l][(*counts[l])++] = (int)v;
-      s = end;
-    }
-  }
-  return 0;
-}
-
-int cmd_run(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"log", required_argument, NULL, 'L'},
-      {"session", required_argument, NULL, 's'},
-      {"call", required_argument, NULL, 'c'},
-      {"token", required_argument, NULL, 'k'},
-      {"codes", required_argument, NULL, 'C'},
-      {NULL, 0, NULL, 0}};
-  const char *log = NULL, *session = NULL, *call = NULL;
-  long long token = 0;
-  idem__tool_rule rule;
-  char *input = NULL, *result = NULL, error[512], head[600];
-  size_t in_len = 0;
-  cli_run_opts o;
-  cli_run_result res;
-  int ch, trunc, outcome, failed = 0;
-
-  idem__rule_defaults(&rule, "run");
-  while ((ch = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
-    switch (ch) {
-    case 'L': log = optarg; break;
-    case 's': session = optarg; break;
-    case 'c': call = optarg; break;
-    case 'k': token = strtoll(optarg, NULL, 10); break;
-    case 'C':
-      if (parse_codes(optarg, &rule)) return EXIT_USAGE;
-      break;
-    default: return EXIT_USAGE;
-    }
-  }
-  if (!log || !session || !call || optind >= argc) return EXIT_USAGE;
-  signal(SIGPIPE, SIG_IGN);
-  if (cli_read_all(NULL, MAX_OUTPUT, &input, &in_len, &trunc)) return EXIT_FAIL;
-  memset(&o, 0, sizeof o);
-  o.argv = argv + optind;
-  o.input = input;
-  o.input_len = in_len;
-  o.deadline_ms = -1;
-  o.max_output = MAX_OUTPUT;
-  if (cli_run(&o, &res) != 0 && !res.spawn_errno) res.spawn_errno = errno;
-  outcome = res.spawn_errno ? IDEM_OUTCOME_NOT_APPLIED : map_exit(&rule, &res);
-  if (res.too_big) outcome = IDEM_OUTCOME_UNKNOWN;
-  error[0] = '\0';
-  if (outcome != IDEM_OUTCOME_APPLIED) describe(&res, -1, error, sizeof error);
-  if (outcome == IDEM_OUTCOME_APPLIED || outcome == IDEM_OUTCOME_REJECTED)
-    result = cli_result_json(res.out, res.out_len);
-  free(input);
-  free(res.out);
-
-  /* hand the result back; if nobody reads it any more, record it */
-  snprintf(head, sizeof head, "%d\n%s\n", outcome, error);
-  if (fwrite(head, 1, strlen(head), stdout) != strlen(head) ||
-      (result && fwrite(result, 1, strlen(result), stdout) != strlen(result)) ||
-      fflush(stdout) != 0)
-    failed = 1;
-  if (failed) {
-    idem_guard *g = NULL;
-    if (idem_guard_open(log, NULL, &g) == IDEM_OK)
-      idem_guard_late(g, session, call, token, outcome, result,
-                      result ? strlen(result) : 0, error[0] ? error : NULL);
-    idem_guard_close(g);
-  }
-  free(result);
-  return EXIT_OK;
 }

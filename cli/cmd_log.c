@@ -90,6 +90,9 @@ static void print_json(const idem_record *r) {
   put_num(&b, "updated", r->updated, &first);
   put_num(&b, "expires", r->expires, &first);
   put_str(&b, "fence_key", r->fence_key, &first);
+  put_str(&b, "executor", r->executor, &first);
+  put_num(&b, "pgid", r->pgid, &first);
+  put_num(&b, "settle_from", r->settle_from, &first);
   idem__buf_append(&b, "}\n", 2);
   fwrite(b.p, 1, b.len, stdout);
   idem__buf_free(&b);
@@ -186,7 +189,7 @@ int cmd_show(int argc, char **argv) {
   const char *log = NULL;
   idem__store *st;
   idem_record *r = NULL;
-  char a[32], b[32], c[32], d[32], e[32];
+  char a[32], b[32], c[32], d[32], e[32], f[32];
   int ch, rc, json = 0;
   while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (ch) {
@@ -219,18 +222,21 @@ int cmd_show(int argc, char **argv) {
     when(r->expires, c, sizeof c);
     when(r->lease_until, d, sizeof d);
     when(r->delivered, e, sizeof e);
+    when(r->settle_from, f, sizeof f);
     printf("session       %s\ncall          %s\ntool          %s\n"
            "state         %s\nresolution    %s\nattempts      %d\n"
            "key           %s\nfingerprint   %s\nargs          %s\n"
            "result        %s\nerror         %s\nduplicate of  %s\n"
            "delivered     %s\nowner         %s\nlease until   %s\n"
            "token         %lld\ncreated       %s\nupdated       %s\n"
-           "expires       %s\n",
+           "expires       %s\nexecutor      %s\npgid          %lld\n"
+           "settle from   %s\n",
            r->session, r->call_id, r->tool, idem_state_name(r->state),
            idem_resolution_name(r->resolution), r->attempts, r->key,
            r->fingerprint, r->args, r->result ? r->result : "-",
            r->error ? r->error : "-", r->duplicate_of ? r->duplicate_of : "-",
-           e, r->owner ? r->owner : "-", d, r->token, a, b, c);
+           e, r->owner ? r->owner : "-", d, r->token, a, b, c,
+           r->executor ? r->executor : "-", r->pgid, f);
   }
   idem_record_free(r);
   st->vt->close(st);

@@ -743,6 +743,10 @@ int cmd_mcp(int argc, char **argv) {
     waitpid(w->child, NULL, 0);
     goto out;
   }
+  /* an attempt runs in the server's process group as well as here: once
+  ** this process and that group are gone, none can land (SPEC §6a) */
+  idem__guard_set_pgid(w->g_guarded, (long long)w->child);
+  idem__guard_set_pgid(w->g_user, (long long)w->child);
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   for (w->nth = 0; w->nth < WORKERS; w->nth++)

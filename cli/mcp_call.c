@@ -41,7 +41,10 @@ static void run_job(gcall *c) {
     break;
   }
   case J_FINISH:
-    rc = idem_step_finish(c->s, c->outcome, c->result, c->result_len, c->error);
+    if (c->ended) rc = idem_step_attempt_ended(c->s);
+    if (!rc)
+      rc = idem_step_finish(c->s, c->outcome, c->result, c->result_len,
+                            c->error);
     break;
   case J_RESOLVE:
     rc = idem_step_resolve(c->s, c->outcome, c->result, c->result_len);
@@ -61,8 +64,9 @@ static void run_job(gcall *c) {
     break;
   }
   case J_LATE:
-    rc = idem_guard_late(c->g, c->session, c->call_id, c->token, c->outcome,
-                         c->result, c->result_len, c->error);
+    rc = idem__guard_late_ex(c->g, c->session, c->call_id, c->token,
+                             c->outcome, c->result, c->result_len, c->error,
+                             c->ended);
     break;
   }
   c->rc = rc;
@@ -132,6 +136,7 @@ void gw_set_input(gcall *c, int outcome, const char *result, size_t len,
   c->result_len = result ? len : 0;
   c->error = error ? gw_dupn(error, strlen(error)) : NULL;
   c->outcome = outcome;
+  c->ended = 0;
 }
 
 void gw_live_add(gw *w, gcall *c) {
@@ -504,6 +509,7 @@ int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
   }
   gw_set_input(c, outcome, *is_error ? NULL : *text, *tlen,
                err[0] ? err : NULL);
+  c->ended = 1; /* the server's answer ends the attempt (SPEC §6a) */
   return outcome;
 }
 

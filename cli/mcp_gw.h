@@ -54,6 +54,7 @@ struct gcall {
   /* the worker's job: its inputs, its status and message */
   int job, rc, deliver;
   int outcome;
+  int ended; /* the server answered: nothing of the attempt can land later */
   char *result, *error;
   size_t result_len;
   char errmsg[512];

@@ -57,8 +57,24 @@ static long long mono_ms(void) {
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Copy what is waiting on fd to our stderr (a relayed stderr); 0 at its
+** end. */
+static int relay(int fd) {
+  char buf[4096];
+  ssize_t got = read(fd, buf, sizeof buf);
+  if (got < 0 && errno == EINTR) return 1;
+  if (got <= 0) return 0;
+  for (ssize_t off = 0; off < got;) {
+    ssize_t w = write_pipe(2, buf + off, (size_t)(got - off));
+    if (w <= 0) break; /* our stderr is gone: drop it */
+    off += w;
+  }
+  return 1;
+}
+
 int cli_run(const cli_run_opts *o, cli_run_result *r) {
-  int in[2] = {-1, -1}, out[2] = {-1, -1}, status = 0, rc = -1;
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, status = 0;
+  int rc = -1;
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t sa;
   size_t sent = 0, cap = 0;
@@ -66,11 +82,14 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
   pid_t pid;
   memset(r, 0, sizeof *r);
   r->exit_code = -1;
-  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) goto fail;
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
+      (o->relay_stderr && pipe2(err, O_CLOEXEC) != 0))
+    goto fail;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   if (o->merge_stderr) posix_spawn_file_actions_adddup2(&fa, out[1], 2);
+  if (o->relay_stderr) posix_spawn_file_actions_adddup2(&fa, err[1], 2);
   posix_spawnattr_init(&sa);
   if (o->new_group) {
     posix_spawnattr_setpgroup(&sa, 0);
@@ -88,17 +107,22 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
   close(in[0]);
   close(out[1]);
   in[0] = out[1] = -1;
+  if (err[1] >= 0) {
+    close(err[1]);
+    err[1] = -1;
+  }
   fcntl(in[1], F_SETFL, O_NONBLOCK);
   if (o->input_len == 0) {
     close(in[1]);
     in[1] = -1;
   }
   for (;;) {
-    struct pollfd pf[2];
+    struct pollfd pf[3];
     int n = 0, wait_ms = -1, k;
     if (out[0] >= 0) pf[n++] = (struct pollfd){out[0], POLLIN, 0};
     if (in[1] >= 0) pf[n++] = (struct pollfd){in[1], POLLOUT, 0};
     if (n == 0) break;
+    if (err[0] >= 0) pf[n++] = (struct pollfd){err[0], POLLIN, 0};
     if (until >= 0) {
       long long left = until - mono_ms();
       if (left <= 0) {
@@ -112,7 +136,12 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
     if (k < 0) goto fail;
     for (int i = 0; i < n; i++) {
       if (!pf[i].revents) continue;
-      if (pf[i].fd == in[1]) {
+      if (pf[i].fd == err[0]) {
+        if (!relay(err[0])) {
+          close(err[0]);
+          err[0] = -1;
+        }
+      } else if (pf[i].fd == in[1]) {
         ssize_t w = write_pipe(in[1], o->input + sent, o->input_len - sent);
         if (w > 0) sent += (size_t)w;
         if ((w < 0 && errno != EAGAIN) || sent == o->input_len) {
@@ -181,6 +210,13 @@ fail:
   if (in[1] >= 0) close(in[1]);
   if (out[0] >= 0) close(out[0]);
   if (out[1] >= 0) close(out[1]);
+  if (err[0] >= 0) { /* what it wrote before it exited */
+    struct pollfd pe = {err[0], POLLIN, 0};
+    while (rc == 0 && !r->timed_out && poll(&pe, 1, 0) == 1 && relay(err[0]))
+      ;
+    close(err[0]);
+  }
+  if (err[1] >= 0) close(err[1]);
   return rc;
 }
 

@@ -299,6 +299,16 @@ typedef struct idem_record {
   int resolution;      /* enum idem_resolution                       */
   long long delivered; /* when the model was told the outcome, or 0 */
   char *duplicate_of;  /* DEDUPLICATED: the call id it repeats       */
+  /* The attempt that may still be running (SPEC §6a).  executor is the
+  ** "host:pid:start" of the process that runs it - the tool's own process,
+  ** or the runner of `idem exec` - and NULL when no attempt of the action
+  ** can still be running (none started since the last one that ended). */
+  char *executor;
+  long long pgid;        /* > 0: the attempt's own process group (the     */
+                         /* command of idem exec); < 0: -pgid is a group */
+                         /* it shares (the server behind idem mcp); 0    */
+  long long settle_from; /* its deadline, or its executor's death if seen */
+                         /* first: settle_ms counts from here            */
 } idem_record;
 
 /* Free a record from the library.  NULL is a no-op. */
@@ -400,6 +410,13 @@ IDEM_API int idem_step_next(const idem_step *s);
 ** JSON text (or NULL), error a message for REJECTED/NOT_APPLIED/UNKNOWN. */
 IDEM_API int idem_step_finish(idem_step *s, int outcome, const char *result,
                               size_t result_len, const char *error);
+/* Before idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, ...), or before a late
+** result: the attempt has ended all the same - the command and its process
+** group exited, the tool function returned, the server answered - so
+** nothing of it can land later (SPEC §6a).  An UNKNOWN without it is an
+** attempt that may still land (a timeout): a status check that finds it
+** not applied then proves only that it has not landed YET. */
+IDEM_API int idem_step_attempt_ended(idem_step *s);
 /* Report the status check's outcome (APPLIED with its result, NOT_APPLIED,
 ** or UNKNOWN when the check itself failed). */
 IDEM_API int idem_step_resolve(idem_step *s, int outcome, const char *result,

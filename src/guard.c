@@ -72,6 +72,8 @@ struct idem_guard {
   idem_canon *pool[CANON_POOL];
   int npool;
   workers *workers; /* idem_guard_call's tool threads, made on first use */
+  int defer_start;  /* a runner hands itself in as each attempt's executor */
+  long long pgid;   /* the process group our attempts run in, or 0       */
 };
 
 enum phase {
@@ -106,6 +108,7 @@ struct idem_step {
   int recover;          /* idem_guard_recover: check, never execute          */
   int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
   int told;             /* the delivery is recorded already                  */
+  int ended;            /* the attempt being finished can no longer land     */
   idem_record *earlier; /* the fencing action, in FENCE and its CHECK     */
   idem__buf env;
 };
@@ -148,7 +151,7 @@ static long long now_ms(idem_step *s) {
   return t;
 }
 
-static long long lease_ms(const idem__tool_rule *r) {
+long long idem__lease_ms(const idem__tool_rule *r) {
   return r->timeout_ms * (r->retries + 1) + r->reconcile_timeout_ms + 10000;
 }
 
@@ -162,6 +165,48 @@ static long long backoff(const idem__tool_rule *r, int n) {
 
 static int has_check(const idem__tool_rule *r) {
   return r->has_status && (r->status.tool || r->status.command);
+}
+
+/* ---- attempts still in flight (SPEC §6a) ------------------------------------ */
+
+/* Is r's executor at work: its process lives (this machine), or it is on
+** another machine and still renews the lease it holds? */
+static int executor_live(const idem_record *r, long long now) {
+  int alive;
+  if (!r->executor) return 0;
+  alive = idem__owner_alive(r->executor);
+  if (alive >= 0) return alive;
+  return r->owner && strcmp(r->owner, r->executor) == 0 && r->lease_until > now;
+}
+
+/* Would a new attempt with r's key be harmless: the provider dedupes on
+** it, and the key is younger than the provider keeps keys? */
+static int dedupe_covers(idem_step *s, const idem_record *r) {
+  return s->rule->provider_dedupes &&
+         r->created + s->rule->provider_key_ttl_s * 1000 > now_ms(s);
+}
+
+/* Can an earlier attempt of r still land?  Not when none may be running
+** (no executor); not when its executor has died on this machine and the
+** process group that ran it (a command of idem exec, the server behind
+** idem mcp) is empty; not when settle_ms has passed since settle_from -
+** whether the executor lives or not (a runner kills the command then). */
+static int may_land_by(const idem__tool_rule *rule, const idem_record *r,
+                       long long now) {
+  long long group = r->pgid < 0 ? -r->pgid : r->pgid;
+  int alive;
+  if (!r->executor) return 0;
+  alive = idem__owner_alive(r->executor);
+  if (group > 0 && alive == 0 && idem__group_empty(group)) return 0;
+  /* a runner that lives ends its command's own group itself when
+  ** settle_ms is up: until the group is empty, it may land */
+  if (r->pgid > 0 && alive == 1 && !idem__group_empty(r->pgid)) return 1;
+  if (rule->settle_ms < 0) return 1;
+  return now < r->settle_from + rule->settle_ms;
+}
+
+static int may_land(idem_step *s, const idem_record *r) {
+  return may_land_by(s->rule, r, now_ms(s));
 }
 
 /* ---- answers -------------------------------------------------------------- */
@@ -241,6 +286,33 @@ static int answer_unknown(idem_step *s, const char *whose) {
                 s->tool, check_hint(s, hint, sizeof hint));
 }
 
+/* The status check did not find the action, but an attempt of it may
+** still land (SPEC §6a): it stays in doubt.  A resume whose executor is
+** still at work hears in_progress; everyone else outcome_unknown, never
+** "failed" or "safe to call again". */
+static int answer_pending_landing(idem_step *s, const idem_record *r,
+                                  const char *whose) {
+  char hint[512];
+  if (!whose && !s->late_ok && executor_live(r, now_ms(s)))
+    return answer(s, IDEM_ANSWER_IN_PROGRESS, 0, r->attempts, NULL, NULL,
+                  "This %s call is still being carried out: its attempt has "
+                  "not ended, and its result will be recorded when it does. "
+                  "Do not call it again with a new call id; repeat this same "
+                  "call later to get its outcome.",
+                  s->tool);
+  if (whose)
+    return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, 0, NULL, whose,
+                  "An identical %s call (call id %s) has not finished: it "
+                  "may still take effect, though a status check does not "
+                  "show it yet, so this call was not run. %s",
+                  s->tool, whose, check_hint(s, hint, sizeof hint));
+  return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, r->attempts, NULL, NULL,
+                "The %s call has not finished: it did not answer in time and "
+                "may still take effect, though a status check does not show "
+                "it yet. %s",
+                s->tool, check_hint(s, hint, sizeof hint));
+}
+
 /* Answer with the outcome a terminal record holds. */
 static int answer_outcome(idem_step *s, const idem_record *r, int replayed) {
   switch (r->state) {
@@ -277,8 +349,12 @@ static void fill_record(idem_step *s, idem_record *r, long long now) {
   r->cls = IDEM_CLASS_GUARDED;
   r->state = IDEM_STATE_PENDING;
   r->owner = s->g->owner;
-  r->lease_until = now + lease_ms(s->rule);
+  r->lease_until = now + idem__lease_ms(s->rule);
   r->token = 1;
+  /* the attempt about to run (SPEC §6a); a runner records itself */
+  r->executor = s->g->defer_start ? NULL : s->g->owner;
+  r->pgid = s->g->defer_start ? 0 : s->g->pgid;
+  r->settle_from = now + s->rule->timeout_ms;
   r->created = s->started ? s->started : now;
   r->updated = now;
   r->expires = now + s->rule->retention_s * 1000;
@@ -306,6 +382,7 @@ static int lost_race(idem_step *s, idem_record *now) {
 }
 
 static int to_execute(idem_step *s, long long delay) {
+  s->ended = 0;
   s->phase = PH_EXEC;
   s->next = IDEM_NEXT_EXECUTE;
   s->delay_ms = delay;
@@ -328,6 +405,15 @@ static idem_record *apply(idem_step *s, const idem__change *ch, int *rc) {
   return NULL;
 }
 
+/* ch starts a new attempt: its executor is this process (or the runner
+** that will hand itself in), its deadline delay + timeout_ms from now. */
+static void new_attempt(idem_step *s, idem__change *ch, long long delay) {
+  ch->exec_set = IDEM__EXEC_SET;
+  ch->executor = s->g->defer_start ? NULL : s->g->owner;
+  ch->pgid = s->g->defer_start ? 0 : s->g->pgid;
+  ch->settle_from = now_ms(s) + delay + s->rule->timeout_ms;
+}
+
 /* Our record, in_doubt or not_applied and held by us, goes back to pending
 ** durably before the next attempt (no downstream call without a durable
 ** record of it). */
@@ -340,6 +426,7 @@ static int repend(idem_step *s, int from_state, long long delay) {
   ch.expect_token = s->token;
   ch.state = IDEM_STATE_PENDING;
   ch.durable = 1;
+  new_attempt(s, &ch, delay);
   if (!(now = apply(s, &ch, &rc))) return rc;
   idem_record_free(now);
   idem__crash_point("after_pending_commit");
@@ -350,15 +437,20 @@ static int repend(idem_step *s, int from_state, long long delay) {
 ** in state (IN_DOUBT to reconcile, PENDING to execute). */
 static void lease_change(idem_step *s, idem__change *ch, const idem_record *r,
                          int state, int durable) {
+  long long now = now_ms(s);
   change_init(s, ch, r);
   ch->from = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_IN_DOUBT) |
              BIT(IDEM_STATE_NOT_APPLIED);
   ch->expect_token = r->token;
   ch->state = state;
-  ch->take_lease = 1;
+  ch->take_lease = IDEM__LEASE_TAKE;
   ch->owner = s->g->owner;
-  ch->lease_until = now_ms(s) + lease_ms(s->rule);
+  ch->lease_until = now + idem__lease_ms(s->rule);
   ch->durable = durable;
+  if (state == IDEM_STATE_PENDING)
+    new_attempt(s, ch, 0); /* we execute next */
+  else if (r->executor && !executor_live(r, now))
+    ch->settle_cap = now; /* its executor's death is seen now (§6a) */
 }
 
 /* Take r over (r is consumed): the record as it is now, ours; or NULL with
@@ -863,17 +955,28 @@ static char *result_json(idem_canon *c, const char *result, size_t len);
 
 static int settle(idem_guard *g, const char *session, const char *call_id,
                   long long token, int outcome, const char *result,
-                  const char *error, int resolution, int strict) {
+                  const char *error, int resolution, int strict, int ended) {
   idem__change ch;
   idem_record *now = NULL;
   int rc;
-  if (outcome == IDEM_OUTCOME_UNKNOWN) return IDEM_OK;
+  if (outcome == IDEM_OUTCOME_UNKNOWN && !ended) return IDEM_OK;
   memset(&ch, 0, sizeof ch);
   ch.session = session;
   ch.call_id = call_id;
   ch.delivered = -1;
   ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
   ch.expect_token = token;
+  ch.exec_set = IDEM__EXEC_CLEAR; /* the attempt has ended */
+  if (outcome == IDEM_OUTCOME_UNKNOWN) {
+    /* it ended without a verdict: still in doubt, but nothing of it can
+    ** land any more - only the attempt under our token, never another */
+    ch.state = IDEM_STATE_IN_DOUBT;
+    ch.error = error;
+    rc = g->st->vt->change(g->st, &ch, NULL);
+    return rc == IDEM_OK || rc == IDEM_STALE || rc == IDEM_NOTFOUND
+               ? IDEM_OK
+               : store_fail(g, rc);
+  }
   ch.state = outcome == IDEM_OUTCOME_APPLIED    ? IDEM_STATE_SUCCEEDED
              : outcome == IDEM_OUTCOME_REJECTED ? IDEM_STATE_FAILED
                                                 : IDEM_STATE_NOT_APPLIED;
@@ -902,7 +1005,24 @@ static int finish_late(idem_step *s, int outcome, const char *result,
                        const char *error) {
   s->late_ok = 0;
   return settle(s->g, s->session, s->call_id, s->token, outcome, result, error,
-                IDEM_RESOLVED_LATE, 0);
+                IDEM_RESOLVED_LATE, 0, s->ended);
+}
+
+/* Can an attempt of the action v settles still land?  (A log that cannot
+** say is taken for yes: the safe direction.) */
+static int still_landing(idem_guard *g, const idem_settlement *v) {
+  idem__tool_rule scratch;
+  idem_record *r = NULL;
+  long long now = 0;
+  int rc = g->st->vt->get(g->st, v->session, v->call_id, &r), yes;
+  if (rc == IDEM_NOTFOUND) return 0;
+  if (rc || g->st->vt->now(g->st, &now)) {
+    idem_record_free(r);
+    return 1;
+  }
+  yes = may_land_by(idem__policy_rule(g->policy, r->tool, &scratch), r, now);
+  idem_record_free(r);
+  return yes;
 }
 
 int idem_guard_settle_many(idem_guard *g, idem_settlement *v, size_t n) {
@@ -926,6 +1046,10 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *v, size_t n) {
   for (i = 0; i < n; i++) {
     int out = v[i].outcome == IDEM_OUTCOME_REJECTED ? IDEM_OUTCOME_NOT_APPLIED
                                                     : v[i].outcome;
+    /* "not applied" while an attempt may still land changes nothing: the
+    ** action stays in doubt, and its rc says IDEM_STALE (§6a) */
+    if (out == IDEM_OUTCOME_NOT_APPLIED && still_landing(g, &v[i]))
+      out = IDEM_OUTCOME_UNKNOWN;
     res[i] = v[i].result ? result_json(c, v[i].result, v[i].result_len) : NULL;
     memset(&chs[i], 0, sizeof chs[i]);
     chs[i].session = v[i].session;
@@ -935,6 +1059,7 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *v, size_t n) {
     /* UNKNOWN changes nothing: a condition no record meets */
     chs[i].from = out == IDEM_OUTCOME_UNKNOWN ? 0 : chs[i].from;
     chs[i].expect_token = v[i].token;
+    chs[i].exec_set = IDEM__EXEC_CLEAR;
     chs[i].state = out == IDEM_OUTCOME_APPLIED ? IDEM_STATE_SUCCEEDED
                                                : IDEM_STATE_NOT_APPLIED;
     chs[i].result = res[i];
@@ -1058,6 +1183,9 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   ch.result = res;
   ch.error = error;
   if (state != IDEM_STATE_IN_DOUBT) ch.resolution = IDEM_RESOLVED_EXECUTED;
+  /* an attempt that answered, or is known to have ended, cannot land
+  ** later; one that did not answer in time may (its executor stays) */
+  if (state != IDEM_STATE_IN_DOUBT || s->ended) ch.exec_set = IDEM__EXEC_CLEAR;
   if (s->auto_deliver &&
       (state == IDEM_STATE_SUCCEEDED || state == IDEM_STATE_FAILED)) {
     /* the synchronous API hands the answer over at once: record the
@@ -1101,6 +1229,51 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   return rc;
 }
 
+int idem_step_attempt_ended(idem_step *s) {
+  if (!step_ok(s)) return IDEM_MISUSE;
+  s->ended = 1;
+  return IDEM_OK;
+}
+
+void idem__guard_defer_start(idem_guard *g) {
+  if (g && g->magic == GUARD_MAGIC) g->defer_start = 1;
+}
+
+void idem__guard_set_pgid(idem_guard *g, long long pgid) {
+  if (g && g->magic == GUARD_MAGIC) g->pgid = -pgid; /* shared: see idem.h */
+}
+
+int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
+                       long long token, long long lease_ms, long long pgid,
+                       long long timeout_ms) {
+  idem__change ch;
+  long long now = 0;
+  int rc;
+  if (!g || g->magic != GUARD_MAGIC || !g->st) return IDEM_MISUSE;
+  if ((rc = g->st->vt->now(g->st, &now))) return store_fail(g, rc);
+  memset(&ch, 0, sizeof ch);
+  ch.session = session;
+  ch.call_id = call_id;
+  ch.expect_token = token;
+  ch.delivered = -1;
+  ch.take_lease = IDEM__LEASE_HAND;
+  ch.owner = g->owner;
+  ch.lease_until = now + lease_ms;
+  ch.from = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_IN_DOUBT);
+  if (pgid > 0) { /* the hand-over, before the command starts */
+    ch.from = BIT(IDEM_STATE_PENDING);
+    ch.exec_set = IDEM__EXEC_SET;
+    ch.executor = g->owner;
+    ch.pgid = pgid;
+    ch.settle_from = now + timeout_ms;
+    ch.durable = 1; /* the command starts on the strength of this record */
+  }
+  rc = g->st->vt->change(g->st, &ch, NULL);
+  if (rc == IDEM_STALE || rc == IDEM_NOTFOUND)
+    return gfail(IDEM_STALE, "the action was taken over by another owner");
+  return rc ? store_fail(g, rc) : IDEM_OK;
+}
+
 int idem_step_resolve(idem_step *s, int outcome, const char *result,
                       size_t result_len) {
   idem__change ch;
@@ -1122,9 +1295,33 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
     idem__free(res);
     return answer_unknown(s, e ? e->call_id : NULL);
   }
+  if (outcome == IDEM_OUTCOME_NOT_APPLIED) {
+    /* "not applied" proves only that no attempt has landed YET (§6a): the
+    ** record as it is now says whether one still can.  Then only a new
+    ** attempt with the same key that the provider dedupes is harmless; the
+    ** action is never told failed (a re-issue would be a new key) */
+    idem_record *cur = NULL;
+    rc = s->g->st->vt->get(s->g->st, e ? e->session : s->session,
+                           e ? e->call_id : s->call_id, &cur);
+    if (rc) {
+      idem__free(res);
+      return rc == IDEM_NOTFOUND ? gfail(rc, "the record is gone")
+                                 : store_fail(s->g, rc);
+    }
+    if (cur->state == IDEM_STATE_IN_DOUBT && may_land(s, cur) &&
+        (e || s->recover || !dedupe_covers(s, cur) ||
+         s->attempt >= s->rule->retries + 1)) {
+      idem__free(res);
+      rc = answer_pending_landing(s, cur, e ? e->call_id : NULL);
+      idem_record_free(cur);
+      return rc;
+    }
+    idem_record_free(cur);
+  }
   change_init(s, &ch, e);
   ch.from = BIT(IDEM_STATE_IN_DOUBT);
   ch.expect_token = e ? e->token : s->token;
+  ch.exec_set = IDEM__EXEC_CLEAR; /* settled: nothing of it can land */
   if (outcome == IDEM_OUTCOME_APPLIED) {
     ch.state = IDEM_STATE_SUCCEEDED;
     ch.result = res;
@@ -1470,7 +1667,7 @@ static int workers_post(idem_guard *g, run_job *j) {
 ** worker records the late result itself. */
 static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
                     long long deadline_ms, int *outcome, char **result,
-                    char **error) {
+                    char **error, int *ended) {
   run_job *j = idem__malloc(sizeof *j);
   pthread_condattr_t ca;
   struct timespec until;
@@ -1479,6 +1676,7 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   const char *args = is_check ? idem_step_check_target(s, &alen) : s->send_args;
   int rc = 0;
   *result = *error = NULL;
+  *ended = 0;
   if (!j) return IDEM_NOMEM;
   memset(j, 0, sizeof *j);
   if (!is_check) alen = s->send_len;
@@ -1528,6 +1726,7 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
     *result = j->result;
     *error = j->error;
     j->result = j->error = NULL;
+    *ended = 1; /* the tool function returned */
   } else {
     j->abandoned = 1;
     *outcome = IDEM_OUTCOME_UNKNOWN;
@@ -1540,7 +1739,7 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
 int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
                     char **envelope, size_t *len) {
   idem_step *s = NULL;
-  int rc, outcome;
+  int rc, outcome, ended;
   char *result, *error;
   if (envelope) *envelope = NULL;
   if (len) *len = 0;
@@ -1552,7 +1751,8 @@ int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
     case IDEM_NEXT_EXECUTE:
       idem__sleep_ms(s->delay_ms);
       rc = run_tool(s, tool, 0, idem_step_deadline_ms(s), &outcome, &result,
-                    &error);
+                    &error, &ended);
+      if (!rc && ended) rc = idem_step_attempt_ended(s);
       if (!rc)
         rc = idem_step_finish(s, outcome, result, result ? strlen(result) : 0,
                               error);
@@ -1565,7 +1765,7 @@ int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
         break;
       }
       rc = run_tool(s, tool, 1, idem_step_deadline_ms(s), &outcome, &result,
-                    &error);
+                    &error, &ended);
       if (!rc)
         rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
       free(result);
@@ -1663,6 +1863,15 @@ long long idem_step_token(const idem_step *s) {
 int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
                     long long token, int outcome, const char *result,
                     size_t result_len, const char *error) {
+  /* a result arrived: the attempt has ended */
+  return idem__guard_late_ex(g, session, call_id, token, outcome, result,
+                             result_len, error, 1);
+}
+
+int idem__guard_late_ex(idem_guard *g, const char *session,
+                        const char *call_id, long long token, int outcome,
+                        const char *result, size_t result_len,
+                        const char *error, int ended) {
   idem_step late;
   idem_canon *c = NULL;
   char *res = NULL;
@@ -1681,6 +1890,7 @@ int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
   late.session = (char *)(uintptr_t)session;
   late.call_id = (char *)(uintptr_t)call_id;
   late.token = token;
+  late.ended = ended;
   rc = finish_late(&late, outcome, res, error);
   idem__free(res);
   return rc;

@@ -212,6 +212,9 @@ typedef struct idem__tool_rule {
   int64_t backoff_ms;           /* first retry delay, doubling (200)  */
   int64_t reconcile_timeout_ms; /* bound on reconciling (timeout_ms)  */
   int64_t wait_ms;              /* waiting on another owner (2000)    */
+  int64_t settle_ms;            /* an attempt may land this long after */
+                                /* its deadline or executor's death;  */
+                                /* -1: no bound (the default)         */
   int provider_dedupes;         /* the provider honours the key (0)   */
   int64_t provider_key_ttl_s;   /* ... for this long (86400)          */
   char *key_arg;                /* argument that carries the key      */
@@ -289,15 +292,28 @@ typedef struct idem__change {
   long long expect_token; /* -1: any                                    */
   int state;              /* new state, 0: keep                         */
   int attempts_add;       /* added to attempts                          */
-  int take_lease;         /* set owner/lease_until and token = token+1  */
-  const char *owner;
-  long long lease_until;
+  int take_lease;         /* IDEM__LEASE_TAKE: set owner/lease_until and */
+  const char *owner;      /* token = token+1; IDEM__LEASE_HAND: set them */
+  long long lease_until;  /* alone (a hand-over or a renewal)            */
   const char *result;  /* NULL: keep                                 */
   const char *error;   /* NULL: keep                                 */
   int resolution;      /* 0: keep                                    */
   long long delivered; /* when the model was told; -1: keep */
   int durable;         /* synced before return (else a later sync)   */
+  /* The attempt that may still be running (SPEC §6a): exec_set
+  ** IDEM__EXEC_SET sets executor, pgid and settle_from; IDEM__EXEC_CLEAR
+  ** clears executor and pgid (nothing of it can run any more).
+  ** settle_cap > 0 lowers settle_from to it while an executor is set (its
+  ** death was seen then). */
+  int exec_set;
+  const char *executor;
+  long long pgid;
+  long long settle_from;
+  long long settle_cap;
 } idem__change;
+
+enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };
+enum { IDEM__EXEC_SET = 1, IDEM__EXEC_CLEAR = 2 };
 
 /* What to list. */
 typedef struct idem__filter {
@@ -421,6 +437,34 @@ enum {
 };
 long long idem__sqlite_count(idem__store *st, int which);
 
+/* ---- guard.c: the executor of idem exec (SPEC §6a) ----------------------- */
+
+/* Steps of g insert their attempts without an executor: a runner hands
+** itself in (idem__runner_lease) before it starts the command. */
+void idem__guard_defer_start(idem_guard *g);
+/* The attempts of g's steps run in process group pgid as well as in this
+** process (idem mcp: the server's group, recorded as -pgid: shared by
+** every attempt): once this process is gone and that group is empty,
+** nothing of them can land (SPEC §6a). */
+void idem__guard_set_pgid(idem_guard *g, long long pgid);
+/* How long a lease on an action of tool r lasts. */
+long long idem__lease_ms(const idem__tool_rule *r);
+/* The lease of a runner on the action it runs under token.  pgid > 0:
+** the hand-over - the runner becomes the pending action's executor and
+** lease holder, with the command's process group, durably, before the
+** command starts; pgid 0: a renewal while the command runs.  IDEM_STALE
+** when another owner took the action over (then start nothing / stop
+** renewing). */
+int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
+                       long long token, long long lease_ms, long long pgid,
+                       long long timeout_ms);
+/* idem_guard_late, saying whether the attempt has ended (an UNKNOWN result
+** that has ended means nothing of the attempt can land any more). */
+int idem__guard_late_ex(idem_guard *g, const char *session,
+                        const char *call_id, long long token, int outcome,
+                        const char *result, size_t result_len,
+                        const char *error, int ended);
+
 /* ---- owner.c: lease holders and crash points ----------------------------- */
 
 /* "HOST:PID:START" of this process. */
@@ -428,6 +472,8 @@ void idem__owner_self(char *buf, size_t n);
 /* 1: the owner is a live process; 0: a process of this machine that is
 ** gone; -1: cannot tell (another machine, a malformed owner). */
 int idem__owner_alive(const char *owner);
+/* Is process group pgid of this machine empty (kill(-pgid, 0): ESRCH)? */
+int idem__group_empty(long long pgid);
 /* SIGKILL this process if IDEM_CRASH_AT names this point (SPEC §11). */
 void idem__crash_point(const char *name);
 

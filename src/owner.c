@@ -107,6 +107,11 @@ int idem__owner_alive(const char *owner) {
   return 1;
 }
 
+int idem__group_empty(long long pgid) {
+  if (pgid <= 1) return 1;
+  return kill(-(pid_t)pgid, 0) != 0 && errno == ESRCH;
+}
+
 void idem__crash_point(const char *name) {
   const char *at = getenv("IDEM_CRASH_AT");
   if (IDEM__UNLIKELY(at != NULL) && strcmp(at, name) == 0) {

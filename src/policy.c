@@ -391,6 +391,7 @@ void idem__rule_defaults(idem__tool_rule *r, const char *name) {
   r->backoff_ms = 200;
   r->reconcile_timeout_ms = 30000;
   r->wait_ms = 2000;
+  r->settle_ms = -1; /* no bound: an attempt may land at any time */
   r->provider_dedupes = 0;
   r->provider_key_ttl_s = 86400;
   r->key_max_len = IDEM_DEFAULT_KEY_MAX_LEN;
@@ -445,6 +446,7 @@ enum {
   F_BACKOFF_MS,
   F_RECONCILE_TIMEOUT_MS,
   F_WAIT_MS,
+  F_SETTLE_MS,
   F_PROVIDER_DEDUPES,
   F_PROVIDER_KEY_TTL_S,
   F_KEY_ARG,
@@ -464,6 +466,7 @@ static const char *const TOOL_FIELDS[] = {"class",
                                           "backoff_ms",
                                           "reconcile_timeout_ms",
                                           "wait_ms",
+                                          "settle_ms",
                                           "provider_dedupes",
                                           "provider_key_ttl_s",
                                           "key_arg",
@@ -486,6 +489,7 @@ static const char *const GUARDED_ONLY[] = {NULL,
                                            NULL,
                                            "a reconcile_timeout_ms",
                                            "a wait_ms",
+                                           "a settle_ms",
                                            "provider_dedupes",
                                            "a provider_key_ttl_s",
                                            "a key_arg",
@@ -943,6 +947,9 @@ static int parse_tool(ctx *c, json_t *obj, idem__tool_rule *r) {
       has_reconcile = 1;
       break;
     case F_WAIT_MS: rc = want_int(c, v, 0, 86400000, &r->wait_ms); break;
+    case F_SETTLE_MS:
+      rc = want_int(c, v, 0, 2592000000, &r->settle_ms);
+      break;
     case F_PROVIDER_DEDUPES: rc = want_bool(c, v, &r->provider_dedupes); break;
     case F_PROVIDER_KEY_TTL_S:
       rc = want_int(c, v, 1, 31536000, &r->provider_key_ttl_s);
@@ -1424,10 +1431,16 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
   if (r->has_status) {
     say(t, "Reconciling gives up after ");
     say_ms(t, r->reconcile_timeout_ms);
-    say(t,
-        ". Applied: the result is recorded and returned. Not applied: the "
-        "call runs again with the same key. Still unknown: the model gets "
-        "outcome_unknown%s, and is told not to call ",
+    say(t, ". Applied: the result is recorded and returned. Not applied: ");
+    if (r->provider_dedupes)
+      say(t, "the call runs again with the same key (the provider "
+             "deduplicates it). ");
+    else
+      say(t, "that proves only that the attempt has not landed yet, so the "
+             "call runs again only when no earlier attempt can still land "
+             "(see below). ");
+    say(t, "Still unknown: the model gets outcome_unknown%s, and is told "
+           "not to call ",
         s->tool ? " with the status check to make" : "");
     say_name(t, tool, 0);
     say(t, " again before checking.\n\n");
@@ -1436,6 +1449,30 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
            "outcome_unknown, and the fence holds every re-issue of this call "
            "until the late result arrives or the action is checked (idem "
            "recover, or idem exec --status).\n\n");
+  }
+
+  say(t, "Attempts still in flight: ");
+  if (r->settle_ms < 0)
+    say(t, "after a timeout or a crash this tool may still apply at any "
+           "later time (settle_ms is not set), so a retry waits until the "
+           "attempt is known to have ended - its command and process group "
+           "exited, its tool function returned, its server answered - or a "
+           "status check finds it applied; until then the answer is "
+           "outcome_unknown or in_progress.\n\n");
+  else if (r->settle_ms == 0)
+    say(t, "its effects end with its executor (settle_ms 0): once the "
+           "deadline has passed or the executor has died, an attempt that "
+           "a status check does not show counts as never landing, and idem "
+           "exec kills what is left of its command at the deadline.\n\n");
+  else {
+    say(t, "after a timeout or a crash this tool may still apply for up "
+           "to ");
+    say_ms(t, r->settle_ms);
+    say(t, " (settle_ms), counted from the attempt's deadline or its "
+           "executor's death, whichever came first; until then a retry "
+           "waits (the answer is outcome_unknown or in_progress), unless "
+           "the attempt is known to have ended. idem exec kills what is "
+           "left of the command when that time is up.\n\n");
   }
 
   say(t, "Another owner: when another process holds this action, idem waits "

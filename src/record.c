@@ -46,6 +46,7 @@ void idem_record_free(idem_record *r) {
   idem__free(r->result);
   idem__free(r->error);
   idem__free(r->duplicate_of);
+  idem__free(r->executor);
   idem__free(r);
 }
 
@@ -64,7 +65,8 @@ idem_record *idem__record_dup(const idem_record *r) {
       dup_str(&d->key, r->key) & dup_str(&d->args, r->args) &
       dup_str(&d->fence_key, r->fence_key) & dup_str(&d->owner, r->owner) &
       dup_str(&d->result, r->result) & dup_str(&d->error, r->error) &
-      dup_str(&d->duplicate_of, r->duplicate_of))
+      dup_str(&d->duplicate_of, r->duplicate_of) &
+      dup_str(&d->executor, r->executor))
     return d;
   idem_record_free(d);
   return NULL;

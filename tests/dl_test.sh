@@ -69,6 +69,7 @@ export PAYSIM_URL=http://127.0.0.1:$(cat "$T/port")
 cat >"$T/policy.json" <<'P'
 {"tools": {
   "refund": {"class": "guarded", "timeout_ms": 2000, "retries": 0,
+    "settle_ms": 100,
     "http": {"url": "{$env:PAYSIM_URL}/v1/refunds"},
     "status": {"tool": "list", "arguments": {"order_id": "{order_id}"}}},
   "list": {"class": "read_only",
@@ -109,6 +110,10 @@ has "recover without libcurl: says so" "$ERR" \
   "status check list: HTTP tools need libcurl"
 run "$IDEM" show --json --log "$LOG" s c2
 has "recover without libcurl: in doubt" "$OUT" '"state":"in_doubt"'
+# the killed process may have sent its request (SPEC §6a): "not applied"
+# settles it only once settle_ms has passed since its deadline - or since
+# its death was seen (the recover above), which came first
+sleep 0.3
 run "$IDEM" recover --log "$LOG" --policy "$T/policy.json" --json
 expect "recover with libcurl: exit" 0 "$RC"
 run "$IDEM" show --json --log "$LOG" s c2

@@ -72,9 +72,22 @@ has "replay after recover" "$out" '"replayed":true'
 out=$("$IDEM" recover)
 has "recover nothing" "$out" "0 applied"
 
-# an in-doubt record whose check says not applied becomes not_applied
-out=$(REFUND_MODE=stall STALL=3 "$IDEM" exec --session s3 --call c4 --tool refund_payment \
-  --args '{"order_id":"d"}' --timeout 200 -- "$TOOL")
+# SPEC §6a: while the command of an in-doubt record still runs, a check
+# that says not applied proves only that it has not landed YET: recover
+# leaves it in doubt
+# (a log of its own: the command runs on while the tests below run)
+out=$(REFUND_MODE=late LATE=10 "$IDEM" exec --log "sqlite:$T/late.db" --session s3 \
+  --call c3 --tool refund_payment --args '{"order_id":"d0"}' --timeout 200 -- "$TOOL")
+expect "late: in doubt" 75 "$?"
+out=$("$IDEM" recover --log "sqlite:$T/late.db" --policy "$T/policy.json" --json)
+has "recover: still running" "$out" '"unknown":1'
+has "still in doubt" "$("$IDEM" show --log "sqlite:$T/late.db" --json s3 c3)" '"state":"in_doubt"'
+
+# an in-doubt record whose attempt has ended (the command died) and whose
+# check says not applied becomes not_applied
+out=$(REFUND_MODE=crash "$IDEM" exec --session s3 --call c4 --tool refund_payment \
+  --args '{"order_id":"d"}' --timeout 2000 -- "$TOOL")
+expect "crashed: in doubt" 75 "$?"
 : > "$LEDGER" # the provider lost it: certainly not applied
 out=$("$IDEM" recover --policy "$T/policy.json" --json)
 has "recover not applied" "$out" '"not_applied":1'
@@ -102,10 +115,11 @@ done
 B
 chmod +x "$T/batch.sh"
 out=$("$IDEM" recover --batch --status "$T/batch.sh" --json)
+# (their commands still run: "not applied" cannot settle one, §6a)
 has "batch applied" "$out" '"applied":1'
-has "batch not applied" "$out" '"not_applied":1'
-has "batch unknown" "$out" '"unknown":1'
-expect "batch: one still in doubt" 1 "$("$IDEM" ls --json --session s5 --state in_doubt | grep -c .)"
+has "batch not applied" "$out" '"not_applied":0'
+has "batch unknown" "$out" '"unknown":2'
+expect "batch: two still in doubt" 2 "$("$IDEM" ls --json --session s5 --state in_doubt | grep -c .)"
 has "batch result recorded" "$("$IDEM" ls --json --session s5 --state succeeded)" 're_b1'
 
 # gc: settled records past their retention go; the in-doubt ones never do

@@ -9,7 +9,7 @@
 #define COLS                                                                   \
   "session, call_id, tool, fingerprint, key, args, fence_key, cls, state, "    \
   "attempts, owner, lease_until, token, result, error, created, updated, "     \
-  "expires, resolution, delivered, duplicate_of"
+  "expires, resolution, delivered, duplicate_of, executor, pgid, settle_from"
 
 enum {
   C_SESSION,
@@ -33,6 +33,9 @@ enum {
   C_RESOLUTION,
   C_DELIVERED,
   C_DUPLICATE_OF,
+  C_EXECUTOR,
+  C_PGID,
+  C_SETTLE_FROM,
   N_COLS
 };
 

@@ -213,7 +213,7 @@ static idem__dl_lib libpq = {.name = "libpq",
 #define MSG_MAX 512
 #define CONNECT_MS 10000 /* connect_timeout, unless the URL sets one */
 #define CLOCK_MS 1000    /* the server's clock is read this often    */
-#define NPARAMS 23
+#define NPARAMS 26
 
 /* ---- schema ---------------------------------------------------------------- */
 
@@ -250,6 +250,13 @@ static const char *const migrations[] = {
     " WHERE fence_key IS NOT NULL;"
     "CREATE INDEX idem_attempts_live ON idem_attempts(state, created)"
     " WHERE state IN (1, 5);",
+    /* 2: the attempt that may still be running (SPEC §6a); a pending or
+    ** in-doubt record of version 1 may have one: its owner ran it */
+    "ALTER TABLE idem_attempts ADD COLUMN executor text,"
+    " ADD COLUMN pgid bigint NOT NULL DEFAULT 0,"
+    " ADD COLUMN settle_from bigint NOT NULL DEFAULT 0;"
+    "UPDATE idem_attempts SET executor = owner, settle_from = updated"
+    " WHERE state IN (1, 5);",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
@@ -258,9 +265,9 @@ static const char *const migrations[] = {
 #define NOW_MS "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 /*
-** The parameters of begin and insert ($1 .. $23): the record's columns
-** in C_* order ($1 .. $21; created 0: now), then $22 the repeat window in
-** ms (begin), $23 the nonce.  updated is now for a begin, the record's own
+** The parameters of begin and insert ($1 .. $26): the record's columns
+** in C_* order ($1 .. $24; created 0: now), then $25 the repeat window in
+** ms (begin), $26 the nonce.  updated is now for a begin, the record's own
 ** (or now when 0) for an insert: insert passes it as $17.
 */
 #define REC_PARAMS                                                             \
@@ -269,12 +276,13 @@ static const char *const migrations[] = {
   "$13::bigint, $14::text, $15::text, "                                        \
   "CASE WHEN $16::bigint > 0 THEN $16::bigint ELSE t.now END, "                \
   "CASE WHEN $17::bigint > 0 THEN $17::bigint ELSE t.now END, "                \
-  "$18::bigint, $19::integer, $20::bigint, $21::text, $23::bigint"
+  "$18::bigint, $19::integer, $20::bigint, $21::text, $22::text, "           \
+  "$23::bigint, $24::bigint, $26::bigint"
 
 /* The found CTE: the action itself; what = INSERTED (1) when it carries
 ** this request's nonce (a retry of a begin that did commit), FOUND (2). */
 #define FOUND_CTE                                                              \
-  "found AS (SELECT CASE WHEN nonce = $23::bigint THEN 1 ELSE 2 END AS "       \
+  "found AS (SELECT CASE WHEN nonce = $26::bigint THEN 1 ELSE 2 END AS "       \
   "what, " COLS                                                                \
   " FROM idem_attempts WHERE session = $1::text AND call_id = $2::text)"
 
@@ -308,7 +316,7 @@ static const char *const stmt_sql[N_STMTS] = {
     "  AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
     "   OR delivered >= CASE WHEN $16::bigint > 0 THEN $16::bigint"
     "    ELSE t.now END"
-    "   OR ($22::bigint > 0 AND created >= t.now - $22::bigint))))"
+    "   OR ($25::bigint > 0 AND created >= t.now - $25::bigint))))"
     "  AND NOT EXISTS (SELECT 1 FROM found)"
     "  ORDER BY created DESC, session DESC, call_id DESC LIMIT 1),"
     " ins AS (INSERT INTO idem_attempts (" COLS ", nonce)"
@@ -321,22 +329,31 @@ static const char *const stmt_sql[N_STMTS] = {
     "WITH t AS (SELECT " NOW_MS " AS now), " FOUND_CTE ","
     " ins AS (INSERT INTO idem_attempts (" COLS ", nonce)"
     "  SELECT " REC_PARAMS " FROM t WHERE NOT EXISTS (SELECT 1 FROM found)"
-    "  AND $22::bigint = 0"
+    "  AND $25::bigint = 0"
     "  ON CONFLICT (session, call_id) DO NOTHING RETURNING 1 AS what, " COLS ")"
     " SELECT * FROM ins UNION ALL SELECT * FROM found",
     "SELECT nonce, " COLS
     " FROM idem_attempts WHERE session = $1::text AND call_id = $2::text",
     /* A change (idem__change): $3 state mask, $4 token or -1, $5 state or
-    ** 0, $6 attempts to add, $7 take the lease ($8 owner, $9 lease_until),
-    ** $10 result, $11 error, $12 resolution or 0, $13 delivered or -1, $14
-    ** the nonce.  The terminal clause is the SQLite store's. */
+    ** 0, $6 attempts to add, $7 the lease (1 take it over, 2 hand it on;
+    ** $8 owner, $9 lease_until), $10 result, $11 error, $12 resolution or
+    ** 0, $13 delivered or -1, $14 the nonce, $15 the executor (1 set $16
+    ** $17 $18, 2 clear), $19 a settle_from to lower to, or 0.  The
+    ** terminal clause is the SQLite store's. */
     "UPDATE idem_attempts SET"
     " state = CASE WHEN $5::integer > 0 THEN $5::integer ELSE state END,"
     " attempts = attempts + $6::integer,"
-    " owner = CASE WHEN $7::integer = 1 THEN $8::text ELSE owner END,"
-    " lease_until = CASE WHEN $7::integer = 1 THEN $9::bigint"
+    " owner = CASE WHEN $7::integer > 0 THEN $8::text ELSE owner END,"
+    " lease_until = CASE WHEN $7::integer > 0 THEN $9::bigint"
     "  ELSE lease_until END,"
-    " token = token + $7::integer,"
+    " token = token + CASE WHEN $7::integer = 1 THEN 1 ELSE 0 END,"
+    " executor = CASE $15::integer WHEN 1 THEN $16::text WHEN 2 THEN NULL"
+    "  ELSE executor END,"
+    " pgid = CASE $15::integer WHEN 1 THEN $17::bigint WHEN 2 THEN 0"
+    "  ELSE pgid END,"
+    " settle_from = CASE WHEN $15::integer = 1 THEN $18::bigint"
+    "  WHEN $19::bigint > 0 AND executor IS NOT NULL"
+    "  AND $19::bigint < settle_from THEN $19::bigint ELSE settle_from END,"
     " result = coalesce($10::text, result),"
     " error = coalesce($11::text, error),"
     " resolution = CASE WHEN $12::integer > 0 THEN $12::integer"
@@ -350,7 +367,8 @@ static const char *const stmt_sql[N_STMTS] = {
     " AND ($4::bigint < 0 OR token = $4::bigint) AND nonce <> $14::bigint"
     " AND (state NOT IN (2, 3, 6) OR ($7::integer = 0 AND $6::integer = 0"
     "  AND $10::text IS NULL AND $11::text IS NULL"
-    "  AND $5::integer IN (0, state) AND $12::integer IN (0, resolution)))"
+    "  AND $5::integer IN (0, state) AND $12::integer IN (0, resolution)"
+    "  AND $15::integer = 0 AND $19::bigint <= 0))"
     " RETURNING nonce, " COLS,
     "DELETE FROM idem_attempts WHERE state IN (2, 3, 4, 6)"
     " AND expires > 0 AND expires < $1::bigint",
@@ -575,6 +593,8 @@ static idem_record *row_record(const PGresult *r, int row, int at) {
   rec->expires = col_ll(r, row, at + C_EXPIRES);
   rec->resolution = (int)col_ll(r, row, at + C_RESOLUTION);
   rec->delivered = col_ll(r, row, at + C_DELIVERED);
+  rec->pgid = col_ll(r, row, at + C_PGID);
+  rec->settle_from = col_ll(r, row, at + C_SETTLE_FROM);
   if (col_str(r, row, at + C_SESSION, &rec->session) &
       col_str(r, row, at + C_CALL_ID, &rec->call_id) &
       col_str(r, row, at + C_TOOL, &rec->tool) &
@@ -585,7 +605,8 @@ static idem_record *row_record(const PGresult *r, int row, int at) {
       col_str(r, row, at + C_OWNER, &rec->owner) &
       col_str(r, row, at + C_RESULT, &rec->result) &
       col_str(r, row, at + C_ERROR, &rec->error) &
-      col_str(r, row, at + C_DUPLICATE_OF, &rec->duplicate_of))
+      col_str(r, row, at + C_DUPLICATE_OF, &rec->duplicate_of) &
+      col_str(r, row, at + C_EXECUTOR, &rec->executor))
     return rec;
   idem_record_free(rec);
   return NULL;
@@ -617,8 +638,11 @@ static void rec_params(params *p, const idem_record *rec, int state,
   p_int(p, 1 + C_RESOLUTION, rec->resolution);
   p_int(p, 1 + C_DELIVERED, rec->delivered);
   p_str(p, 1 + C_DUPLICATE_OF, rec->duplicate_of);
-  p_int(p, 22, window);
-  p_int(p, 23, (long long)nonce);
+  p_str(p, 1 + C_EXECUTOR, rec->executor);
+  p_int(p, 1 + C_PGID, rec->pgid);
+  p_int(p, 1 + C_SETTLE_FROM, rec->settle_from);
+  p_int(p, 25, window);
+  p_int(p, 26, (long long)nonce);
 }
 
 /* ---- connections ----------------------------------------------------------- */
@@ -1382,7 +1406,7 @@ static void change_params(params *p, const idem__change *ch,
   p_int(p, 4, ch->expect_token < 0 ? -1 : ch->expect_token);
   p_int(p, 5, ch->state);
   p_int(p, 6, ch->attempts_add);
-  p_int(p, 7, ch->take_lease ? 1 : 0);
+  p_int(p, 7, ch->take_lease);
   p_str(p, 8, ch->owner);
   p_int(p, 9, ch->lease_until);
   p_str(p, 10, ch->result);
@@ -1390,6 +1414,11 @@ static void change_params(params *p, const idem__change *ch,
   p_int(p, 12, ch->resolution);
   p_int(p, 13, ch->delivered < 0 ? -1 : ch->delivered);
   p_int(p, 14, (long long)nonce);
+  p_int(p, 15, ch->exec_set);
+  p_str(p, 16, ch->executor);
+  p_int(p, 17, ch->pgid);
+  p_int(p, 18, ch->settle_from);
+  p_int(p, 19, ch->settle_cap);
 }
 
 /* The change did not apply: why, with the record as it is now - or it did,

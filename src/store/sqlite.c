@@ -210,6 +210,13 @@ static const char *const migrations[] = {
     " WHERE fence_key IS NOT NULL;"
     "CREATE INDEX attempts_live ON attempts(state, created)"
     " WHERE state IN (1, 5);",
+    /* 2: the attempt that may still be running (SPEC §6a).  A pending or
+    ** in-doubt record of version 1 may have one: its owner ran it. */
+    "ALTER TABLE attempts ADD COLUMN executor TEXT;"
+    "ALTER TABLE attempts ADD COLUMN pgid INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE attempts ADD COLUMN settle_from INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE attempts SET executor = owner, settle_from = updated"
+    " WHERE state IN (1, 5);",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
@@ -256,17 +263,24 @@ static const char *const stmt_sql[N_STMTS] = {
     " OR delivered >= ?5 OR created >= ?4)))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
     "INSERT INTO attempts (" COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
-    " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+    " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,"
+    " ?23, ?24)",
     /* A change (idem__change): ?3 state mask, ?4 token or -1, ?5 state or
-    ** 0, ?6 attempts to add, ?7 take the lease (?8 owner, ?9 lease_until),
-    ** ?10 result, ?11 error, ?12 resolution or 0, ?13 delivered or -1, ?14
-    ** now.  The last condition keeps terminal outcomes. */
+    ** 0, ?6 attempts to add, ?7 the lease (1 take it over, 2 hand it on;
+    ** ?8 owner, ?9 lease_until), ?10 result, ?11 error, ?12 resolution or
+    ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (1 set ?16 ?17
+    ** ?18, 2 clear), ?19 a settle_from to lower to, or 0.  The last
+    ** condition keeps terminal outcomes. */
     "UPDATE attempts SET"
     " state = CASE WHEN ?5 > 0 THEN ?5 ELSE state END,"
     " attempts = attempts + ?6,"
-    " owner = CASE WHEN ?7 THEN ?8 ELSE owner END,"
-    " lease_until = CASE WHEN ?7 THEN ?9 ELSE lease_until END,"
-    " token = token + ?7,"
+    " owner = CASE WHEN ?7 > 0 THEN ?8 ELSE owner END,"
+    " lease_until = CASE WHEN ?7 > 0 THEN ?9 ELSE lease_until END,"
+    " token = token + (?7 = 1),"
+    " executor = CASE ?15 WHEN 1 THEN ?16 WHEN 2 THEN NULL ELSE executor END,"
+    " pgid = CASE ?15 WHEN 1 THEN ?17 WHEN 2 THEN 0 ELSE pgid END,"
+    " settle_from = CASE WHEN ?15 = 1 THEN ?18 WHEN ?19 > 0 AND executor"
+    "  IS NOT NULL AND ?19 < settle_from THEN ?19 ELSE settle_from END,"
     " result = coalesce(?10, result),"
     " error = coalesce(?11, error),"
     " resolution = CASE WHEN ?12 > 0 THEN ?12 ELSE resolution END,"
@@ -276,7 +290,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " AND (?4 < 0 OR token = ?4)"
     " AND (state NOT IN " TERMINAL_SQL " OR (?7 = 0 AND ?6 = 0"
     "  AND ?10 IS NULL AND ?11 IS NULL AND ?5 IN (0, state)"
-    "  AND ?12 IN (0, resolution)))"
+    "  AND ?12 IN (0, resolution) AND ?15 = 0 AND ?19 <= 0))"
     " RETURNING " COLS,
     "DELETE FROM attempts WHERE state IN " GC_SQL
     " AND expires > 0 AND expires < ?1",
@@ -556,6 +570,8 @@ static idem_record *row_record(sqlite3_stmt *st) {
   r->expires = sqlite3_column_int64(st, C_EXPIRES);
   r->resolution = sqlite3_column_int(st, C_RESOLUTION);
   r->delivered = sqlite3_column_int64(st, C_DELIVERED);
+  r->pgid = sqlite3_column_int64(st, C_PGID);
+  r->settle_from = sqlite3_column_int64(st, C_SETTLE_FROM);
   if (col_str(st, C_SESSION, &r->session) &
       col_str(st, C_CALL_ID, &r->call_id) & col_str(st, C_TOOL, &r->tool) &
       col_str(st, C_FINGERPRINT, &r->fingerprint) &
@@ -563,13 +579,14 @@ static idem_record *row_record(sqlite3_stmt *st) {
       col_str(st, C_FENCE_KEY, &r->fence_key) &
       col_str(st, C_OWNER, &r->owner) & col_str(st, C_RESULT, &r->result) &
       col_str(st, C_ERROR, &r->error) &
-      col_str(st, C_DUPLICATE_OF, &r->duplicate_of))
+      col_str(st, C_DUPLICATE_OF, &r->duplicate_of) &
+      col_str(st, C_EXECUTOR, &r->executor))
     return r;
   idem_record_free(r);
   return NULL;
 }
 
-/* Bind every column of rec to the INSERT, ?1 .. ?21. */
+/* Bind every column of rec to the INSERT, ?1 .. ?24. */
 static void bind_record(sqlite3_stmt *st, const idem_record *rec, int state,
                         long long token, long long now) {
   bind_str(st, 1 + C_SESSION, rec->session);
@@ -593,6 +610,9 @@ static void bind_record(sqlite3_stmt *st, const idem_record *rec, int state,
   sqlite3_bind_int(st, 1 + C_RESOLUTION, rec->resolution);
   sqlite3_bind_int64(st, 1 + C_DELIVERED, rec->delivered);
   bind_str(st, 1 + C_DUPLICATE_OF, rec->duplicate_of);
+  bind_str(st, 1 + C_EXECUTOR, rec->executor);
+  sqlite3_bind_int64(st, 1 + C_PGID, rec->pgid);
+  sqlite3_bind_int64(st, 1 + C_SETTLE_FROM, rec->settle_from);
 }
 
 /* ---- connections ----------------------------------------------------------- */
@@ -795,7 +815,7 @@ static void w_change(sq_store *s, wreq *r) {
   sqlite3_bind_int64(st, 4, ch->expect_token < 0 ? -1 : ch->expect_token);
   sqlite3_bind_int(st, 5, ch->state);
   sqlite3_bind_int(st, 6, ch->attempts_add);
-  sqlite3_bind_int(st, 7, ch->take_lease ? 1 : 0);
+  sqlite3_bind_int(st, 7, ch->take_lease);
   bind_str(st, 8, ch->owner);
   sqlite3_bind_int64(st, 9, ch->lease_until);
   bind_str(st, 10, ch->result);
@@ -803,6 +823,11 @@ static void w_change(sq_store *s, wreq *r) {
   sqlite3_bind_int(st, 12, ch->resolution);
   sqlite3_bind_int64(st, 13, ch->delivered < 0 ? -1 : ch->delivered);
   sqlite3_bind_int64(st, 14, wall_ms());
+  sqlite3_bind_int(st, 15, ch->exec_set);
+  bind_str(st, 16, ch->executor);
+  sqlite3_bind_int64(st, 17, ch->pgid);
+  sqlite3_bind_int64(st, 18, ch->settle_from);
+  sqlite3_bind_int64(st, 19, ch->settle_cap);
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
     if (!(r->out = row_record(st))) req_nomem(s, r);

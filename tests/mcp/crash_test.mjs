@@ -7,7 +7,9 @@
 //    answered: the restarted gateway finds the action pending under a dead
 //    owner and reconciles it with the status tool.
 // 2. SIGKILL from inside at each crash point of SPEC 11 (IDEM_CRASH_AT):
-//    whatever the point, the re-issued call ends succeeded with one refund.
+//    whatever the point, the call re-issued once the server has followed
+//    its gateway (SPEC 6a: its process group is empty) ends succeeded with
+//    one refund.
 import fs from "node:fs";
 import { execFileSync } from "node:child_process";
 import { idem, check, done, tmpdir, ledgerOf, connect, payments, body, call, sanitizerSaid } from "./lib.mjs";
@@ -63,6 +65,10 @@ for (const point of ["after_pending_commit", "after_downstream_return", "before_
   const first = await call(gw.client, "refund_payment", args, { "io.idem/call_id": callId }).catch((e) => e);
   const exit = await gw.exited;
   check(first instanceof Error && exit.sig === "SIGKILL", `${point}: the gateway died there`, exit, String(first));
+  // SPEC 6a: until the server (its process group) has followed its gateway,
+  // an attempt may still land, and a resume would be told outcome_unknown
+  const server = Number(fs.readFileSync(`${ledger}.pid`, "utf8"));
+  await until("the server to follow its gateway", () => !alive(server));
   const gw2 = await connect({ log, server: payments(ledger) });
   const r = await call(gw2.client, "refund_payment", args, { "io.idem/call_id": callId });
   const n = ledgerOf(ledger).filter((e) => e.order_id === order).length;

@@ -13,8 +13,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import idem  # noqa: E402
 
+# The refund is a local write, done when its process dies: settle_ms 0
+# (SPEC §6a).  CRASH_SETTLE_MS=none leaves settle_ms out (no bound).
 POLICY = """{"tools":{"refund_payment":{"class":"guarded","timeout_ms":5000,
-  "retries":1,"backoff_ms":1,"wait_ms":5000,
+  "retries":1,"backoff_ms":1,"wait_ms":5000,%s
   "status":{"tool":"get_refund_status","arguments":{"order_id":"{order_id}"}}},
   "get_refund_status":{"class":"read_only"}}}"""
 
@@ -43,7 +45,9 @@ def main():
             keys = []
         return {"applied": True, "key": key} if key in keys else None
 
-    g = idem.Guard(log, idem.Policy(text=POLICY))
+    settle = os.environ.get("CRASH_SETTLE_MS", "0")
+    policy = POLICY % ("" if settle == "none" else '"settle_ms":%s,' % settle)
+    g = idem.Guard(log, idem.Policy(text=policy))
     tool = g.tool("refund_payment", status=status)(refund)
     print(tool.call_json("sess", call_id,
                          '{"order_id":"ord_1","amount_cents":6000}'))

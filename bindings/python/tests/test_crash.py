@@ -62,6 +62,31 @@ class Crashes(LogTest):
     def test_crash_inside_the_tool(self):
         self.killed_then_resumed("tool", extra=("crash_in_tool",))
 
+    def test_crash_before_the_tool_without_settle_ms(self):
+        # SPEC §6a: the process died after the pending record; without a
+        # settle_ms nobody can tell whether its tool had sent the refund,
+        # so the resume is honest (outcome_unknown), runs nothing, and a
+        # re-issue under a new call id is fenced
+        log = self.log()
+        ledger = os.path.join(self.dir, "nosettle.ledger")
+        os.environ["CRASH_SETTLE_MS"] = "none"
+        try:
+            r = self.child(log, ledger, "after_pending_commit")
+            self.assertEqual(r.returncode, -signal.SIGKILL)
+            r = self.child(log, ledger)
+            env = json.loads(r.stdout)
+            self.assertEqual(env["status"], "outcome_unknown", env)
+            self.assertNotIn("safe to call", env["message"])
+            self.assertEqual(self.ledger_count(ledger), 0)
+        finally:
+            del os.environ["CRASH_SETTLE_MS"]
+        # with settle_ms 0 (a local write ends with its process) the same
+        # record is settled not applied and the call runs, once
+        r = self.child(log, ledger)
+        env = json.loads(r.stdout)
+        self.assertEqual(env["status"], "succeeded", env)
+        self.assertEqual(self.ledger_count(ledger), 1)
+
     def test_crash_point_names_are_inert_when_unset(self):
         log = self.log()
         ledger = os.path.join(self.dir, "none.ledger")
