@@ -17,7 +17,10 @@
 ** its newline; such a line is dropped (cut off the file) with a warning if
 ** it does not parse, and kept if it does.  Anything else that does not parse
 ** -- a bad line before the last, ids out of order, a key applied twice -- is
-** an error: the simulator will not guess at its own history.
+** an error: the simulator will not guess at its own history.  The one
+** exception: a simulator that does not dedupe (--no-dedupe) applies a key
+** as often as it is sent, so it reads such a ledger back (the key then
+** names its first refund).
 **
 ** The file is flock()ed while open, so two simulators never share one.
 */
@@ -103,13 +106,15 @@ static int reserve(paysim_ledger *l) {
 
 /* Takes ownership of R's strings, also on failure. */
 static int push(paysim_ledger *l, paysim_refund *r, char *err, size_t errlen) {
-  if (r->key && json_object_get(l->by_key, r->key)) {
+  int bound = r->key && json_object_get(l->by_key, r->key);
+  if (bound && !l->dup_keys) {
     snprintf(err, errlen, "idempotency key \"%s\" applied twice", r->key);
     goto fail;
   }
   if (reserve(l) != 0 ||
-      (r->key && json_object_set_new(l->by_key, r->key,
-                                     json_integer((json_int_t)l->n)) != 0)) {
+      (r->key && !bound &&
+       json_object_set_new(l->by_key, r->key,
+                           json_integer((json_int_t)l->n)) != 0)) {
     snprintf(err, errlen, "out of memory");
     goto fail;
   }
@@ -274,11 +279,12 @@ static int load(paysim_ledger *l, char *err, size_t errlen) {
   return rc;
 }
 
-int paysim_ledger_open(paysim_ledger *l, const char *path, char *err,
-                       size_t errlen) {
+int paysim_ledger_open(paysim_ledger *l, const char *path, int dup_keys,
+                       char *err, size_t errlen) {
   int created = 1;
   memset(l, 0, sizeof *l);
   l->next_num = 1;
+  l->dup_keys = dup_keys;
   l->path = dupstr(path);
   l->by_key = json_object();
   if (!l->path || !l->by_key) {
@@ -329,6 +335,8 @@ long paysim_ledger_append(paysim_ledger *l, const char *key,
   char *line;
   size_t n = 0;
   off_t at;
+  /* Without dedupe a key can come again: it stays bound to its first. */
+  int bind = key && !json_object_get(l->by_key, key);
   memset(&r, 0, sizeof r);
   clock_gettime(CLOCK_REALTIME, &ts);
   r.num = l->next_num;
@@ -341,15 +349,15 @@ long paysim_ledger_append(paysim_ledger *l, const char *key,
   /* Everything that can fail for memory fails before the write, so a line
   ** on disk is always in the table too. */
   if ((key && !r.key) || (reason && !r.reason) || !line || reserve(l) != 0 ||
-      (key && json_object_set_new(l->by_key, key,
-                                  json_integer((json_int_t)l->n)) != 0)) {
+      (bind && json_object_set_new(l->by_key, key,
+                                   json_integer((json_int_t)l->n)) != 0)) {
     snprintf(err, errlen, "out of memory");
     goto fail;
   }
   at = lseek(l->fd, 0, SEEK_END);
   if (at < 0 || write_all(l->fd, line, n) != 0 || fdatasync(l->fd) != 0) {
     snprintf(err, errlen, "ledger %s: %s", l->path, strerror(errno));
-    if (key) json_object_del(l->by_key, key);
+    if (bind) json_object_del(l->by_key, key);
     /* Cut back a partial line; if even that fails load() drops it later. */
     if (at >= 0 && ftruncate(l->fd, at) != 0) at = -1;
     goto fail;

@@ -14,10 +14,16 @@
 ** never ran); afterwards the same key with the same order_id, amount_cents
 ** and reason gets the same status and body again, marked Idempotent-
 ** Replayed, and with other parameters a 422 idempotency_error.  While the
-** request that applied it has not answered (a stall), the key answers 409.
+** request that applied it has not answered (a stall), or a request with the
+** key is held before applying (mode late), the key answers 409, as Stripe
+** answers a request with the key of one still in flight.  With --no-dedupe
+** (or "dedupe": false) the key binds nothing: every POST applies a new
+** refund, which records the key it came with (the provider that does not
+** dedupe, where a retry is a second refund).
 **
 ** The failure modes are the ways a real provider leaves its client unsure:
-** apply then stall, fail before applying, apply then reset the connection,
+** apply then stall, hold then apply (late: the attempt that lands after its
+** client gave up), fail before applying, apply then reset the connection,
 ** apply then die by SIGKILL, refuse status reads, answer 429.  Each applies
 ** only to a request that would apply a new refund (status_down: to status
 ** reads), for the next `count` of them or until changed.  The ledger line
@@ -55,6 +61,7 @@
 #define MODE_MAP(X)                                                            \
   X(NORMAL, "normal")                                                          \
   X(STALL, "stall")                                                            \
+  X(LATE, "late")                                                              \
   X(FAIL, "fail")                                                              \
   X(RESET, "reset")                                                            \
   X(CRASH, "crash")                                                            \
@@ -90,6 +97,8 @@ static struct {
   mode mode;
   long long count; /* requests left in this mode; -1 until changed */
   long long stall_ms;
+  int dedupe;   /* the Idempotency-Key binds (off: --no-dedupe) */
+  json_t *held; /* keys of requests held by mode late, not applied yet */
   int stopping;
   int quiet;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER}; /* S.wake: main() */
@@ -295,6 +304,7 @@ static enum MHD_Result post_refund(struct MHD_Connection *c, request *q) {
   long i;
   mode m;
   long long stall_ms;
+  int dedupe, held, dropped;
   enum MHD_Result ok = MHD_NO;
 
   shown(key, kbuf, sizeof kbuf);
@@ -330,7 +340,18 @@ static enum MHD_Result post_refund(struct MHD_Connection *c, request *q) {
   }
 
   pthread_mutex_lock(&S.mu);
-  i = paysim_ledger_find_key(&S.ledger, key);
+  /* Without dedupe the key is only recorded: no 409, replay or 422. */
+  dedupe = S.dedupe;
+  if (dedupe && key && json_object_get(S.held, key)) {
+    pthread_mutex_unlock(&S.mu);
+    json_decref(root);
+    say("POST /v1/refunds key=%s -> 409 in progress (held, not applied yet)",
+        kbuf);
+    return send_error(c, 409, "idempotency_conflict",
+                      "A request with this Idempotency-Key is still being "
+                      "processed; retry later.");
+  }
+  i = dedupe ? paysim_ledger_find_key(&S.ledger, key) : -1;
   if (i >= 0) {
     paysim_refund *r = &S.ledger.v[i];
     int pending = r->pending, same = same_args(r, &a);
@@ -373,6 +394,30 @@ static enum MHD_Result post_refund(struct MHD_Connection *c, request *q) {
     return send_json(
         c, 429, error_body("rate_limit", "Too many requests; retry later."),
         "Retry-After", "1");
+  }
+  if (m == MODE_LATE) {
+    /* Hold first, apply after: meanwhile the key answers 409 (dedupe) and
+    ** status reads do not show the refund, which is not applied yet. */
+    held = dedupe && key;
+    if (held && json_object_set_new(S.held, key, json_true()) != 0) {
+      pthread_mutex_unlock(&S.mu);
+      json_decref(root);
+      say("POST /v1/refunds key=%s -> 500 not applied: out of memory", kbuf);
+      return send_error(c, 500, "api_error", "Out of memory.");
+    }
+    pthread_mutex_unlock(&S.mu);
+    say("POST /v1/refunds key=%s -> holding %lld ms, then applying (mode "
+        "late)",
+        kbuf, stall_ms);
+    dropped = stall(stall_ms) != 0; /* the server stops: not applied */
+    pthread_mutex_lock(&S.mu);
+    if (held) json_object_del(S.held, key);
+    if (dropped) {
+      pthread_mutex_unlock(&S.mu);
+      json_decref(root);
+      say("POST /v1/refunds key=%s -> dropped while held, not applied", kbuf);
+      return MHD_NO;
+    }
   }
   i = paysim_ledger_append(&S.ledger, key, a.order_id, a.amount_cents, a.reason,
                            err, sizeof err);
@@ -485,9 +530,9 @@ static enum MHD_Result get_ledger(struct MHD_Connection *c) {
 
 /* Under S.mu. */
 static json_t *mode_json(void) {
-  return json_pack("{s:s, s:o, s:I}", "mode", mode_names[S.mode], "count",
+  return json_pack("{s:s, s:o, s:I, s:b}", "mode", mode_names[S.mode], "count",
                    S.count < 0 ? json_null() : json_integer(S.count),
-                   "stall_ms", (json_int_t)S.stall_ms);
+                   "stall_ms", (json_int_t)S.stall_ms, "dedupe", S.dedupe);
 }
 
 static enum MHD_Result set_mode(struct MHD_Connection *c, request *q) {
@@ -497,13 +542,14 @@ static enum MHD_Result set_mode(struct MHD_Connection *c, request *q) {
   json_t *name = json_object_get(root, "mode");
   json_t *count = json_object_get(root, "count");
   json_t *stall_ms = json_object_get(root, "stall_ms");
+  json_t *dedupe = json_object_get(root, "dedupe");
   const char *bad = NULL;
   int m = json_is_string(name) ? mode_parse(json_string_value(name)) : -1;
   json_t *now;
   if (!json_is_object(root))
     bad = "the body must be a JSON object";
   else if (m < 0)
-    bad = "mode: one of normal, stall, fail, reset, crash, status_down, "
+    bad = "mode: one of normal, stall, late, fail, reset, crash, status_down, "
           "reject429";
   else if (count && !json_is_null(count) &&
            (!json_is_integer(count) || json_integer_value(count) < 1))
@@ -512,6 +558,8 @@ static enum MHD_Result set_mode(struct MHD_Connection *c, request *q) {
            (!json_is_integer(stall_ms) || json_integer_value(stall_ms) < 0 ||
             json_integer_value(stall_ms) > 3600000))
     bad = "stall_ms: an integer from 0 to 3600000";
+  else if (dedupe && !json_is_boolean(dedupe))
+    bad = "dedupe: true or false";
   if (bad) {
     json_decref(root);
     say("POST /_mode -> 400");
@@ -521,6 +569,7 @@ static enum MHD_Result set_mode(struct MHD_Connection *c, request *q) {
   S.mode = (mode)m;
   S.count = json_is_integer(count) ? (long long)json_integer_value(count) : -1;
   if (stall_ms) S.stall_ms = (long long)json_integer_value(stall_ms);
+  if (dedupe) S.dedupe = json_is_true(dedupe);
   now = mode_json();
   pthread_mutex_unlock(&S.mu);
   json_decref(root);
@@ -628,8 +677,8 @@ static void on_done(void *cls, struct MHD_Connection *c, void **state,
 
 static const char usage[] =
     "usage: idem-paysim --ledger FILE [--port N] [--port-file FILE]\n"
-    "                   [--mode MODE] [--stall-ms N] [--quiet]\n"
-    "MODE: normal stall fail reset crash status_down reject429\n";
+    "                   [--mode MODE] [--stall-ms N] [--no-dedupe] [--quiet]\n"
+    "MODE: normal stall late fail reset crash status_down reject429\n";
 
 static int bad_usage(const char *what, const char *value) {
   fprintf(stderr, "paysim: %s%s%s%s\n%s", what, value ? ": \"" : "",
@@ -666,7 +715,7 @@ static int write_port_file(const char *path, unsigned port) {
 int main(int argc, char **argv) {
   const char *ledger = NULL, *port_file = NULL;
   long long port = 0, stall_ms = DEFAULT_STALL_MS;
-  int i, m = MODE_NORMAL, sig;
+  int i, m = MODE_NORMAL, sig, dedupe = 1;
   char err[512];
   struct sockaddr_in addr;
   struct MHD_Daemon *d;
@@ -687,6 +736,8 @@ int main(int argc, char **argv) {
     if (!flag && !v) return bad_usage("missing value for", a);
     if (strcmp(a, "--quiet") == 0)
       S.quiet = 1;
+    else if (strcmp(a, "--no-dedupe") == 0)
+      dedupe = 0;
     else if (strcmp(a, "--ledger") == 0)
       ledger = v;
     else if (strcmp(a, "--port-file") == 0)
@@ -705,7 +756,7 @@ int main(int argc, char **argv) {
   }
   if (!ledger) return bad_usage("--ledger FILE is required", NULL);
 
-  if (paysim_ledger_open(&S.ledger, ledger, err, sizeof err) != 0) {
+  if (paysim_ledger_open(&S.ledger, ledger, !dedupe, err, sizeof err) != 0) {
     fprintf(stderr, "paysim: %s\n", err);
     paysim_ledger_close(&S.ledger);
     return 1;
@@ -713,6 +764,12 @@ int main(int argc, char **argv) {
   S.mode = (mode)m;
   S.count = -1;
   S.stall_ms = stall_ms;
+  S.dedupe = dedupe;
+  if (!(S.held = json_object())) {
+    fprintf(stderr, "paysim: out of memory\n");
+    paysim_ledger_close(&S.ledger);
+    return 1;
+  }
   {
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -743,12 +800,14 @@ int main(int argc, char **argv) {
   if (!d || !info) {
     fprintf(stderr, "paysim: cannot listen on 127.0.0.1:%lld\n", port);
     if (d) MHD_stop_daemon(d);
+    json_decref(S.held);
     paysim_ledger_close(&S.ledger);
     return 1;
   }
   if (port_file && write_port_file(port_file, info->port) != 0) {
     fprintf(stderr, "paysim: --port-file %s: %s\n", port_file, strerror(errno));
     MHD_stop_daemon(d);
+    json_decref(S.held);
     paysim_ledger_close(&S.ledger);
     return 1;
   }
@@ -763,6 +822,7 @@ int main(int argc, char **argv) {
   pthread_cond_broadcast(&S.wake);
   pthread_mutex_unlock(&S.mu);
   MHD_stop_daemon(d);
+  json_decref(S.held);
   paysim_ledger_close(&S.ledger);
   fprintf(stderr, "paysim: stopped (%s)\n",
           sig == SIGINT ? "SIGINT" : "SIGTERM");

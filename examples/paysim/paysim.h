@@ -34,25 +34,29 @@ typedef struct paysim_ledger {
   int fd;           /* O_APPEND, flock()ed for the life of the process */
   paysim_refund *v; /* in ledger order */
   size_t n, cap;
-  json_t *by_key; /* key -> index into v, as a JSON integer */
+  json_t *by_key; /* key -> index into v (its first refund), JSON integer */
   long long next_num;
+  int dup_keys; /* a key may be applied more than once (--no-dedupe) */
 } paysim_ledger;
 
 /* Read PATH (created if missing) and open it for appending.  A last line
 ** cut short by a crash is dropped with a warning on stderr; any other bad
-** line is an error.  On failure returns -1 with a message in ERR. */
-int paysim_ledger_open(paysim_ledger *l, const char *path, char *err,
-                       size_t errlen);
+** line is an error, and so is a key applied twice unless DUP_KEYS (the
+** simulator runs with --no-dedupe).  On failure returns -1 with a message
+** in ERR. */
+int paysim_ledger_open(paysim_ledger *l, const char *path, int dup_keys,
+                       char *err, size_t errlen);
 void paysim_ledger_close(paysim_ledger *l);
 
 /* Append one refund and make it durable (write + fdatasync) before
-** returning its index in l->v; -1 with a message in ERR when the line could
+** returning its index in l->v (KEY, when bound already, stays bound to its
+** first refund: only without dedupe does that happen); -1 with a message in ERR when the line could
 ** not be written (the file is then cut back to where it was). */
 long paysim_ledger_append(paysim_ledger *l, const char *key,
                           const char *order_id, long long amount_cents,
                           const char *reason, char *err, size_t errlen);
 
-/* Index of the refund applied under KEY, or -1. */
+/* Index of the (first) refund applied under KEY, or -1. */
 long paysim_ledger_find_key(const paysim_ledger *l, const char *key);
 
 /* The refund object of the API: {"id","object","status","order_id",

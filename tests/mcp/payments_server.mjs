@@ -9,10 +9,24 @@
 // refund_payment honours its idempotency_key argument the way Stripe does:
 // a key seen before returns the refund made for it, and applies nothing.
 //
-// The switch: while the file LEDGER.stall exists, refund_payment and
-// charge_card apply the refund, then stall (never answer within any
-// deadline) - the provider that applied the change while the client timed
-// out.  A cancellation of a refund in flight is logged in LEDGER.cancelled.
+// The switches, files looked at when a call of refund_payment or
+// charge_card (both apply money) arrives:
+//   LEDGER.stall     apply, then stall (never answer within any deadline) -
+//                    the provider that applied the change while the client
+//                    timed out.
+//   LEDGER.late      wait the number of ms written in it (default 1500 when
+//                    empty) FIRST, then apply and answer - the attempt that
+//                    lands after the client's deadline.  Cancelling the call
+//                    does not stop it; killing the server during the wait
+//                    applies nothing.  With LEDGER.stall too: wait, apply,
+//                    stall.  While a call is waiting, another call with its
+//                    idempotency_key (when deduping) waits for it and answers
+//                    its refund, applying nothing (one process: the keys in
+//                    flight are kept in memory).
+//   LEDGER.nodedupe  the provider that does not dedupe: the idempotency_key
+//                    is recorded but never looked up, so every call applies
+//                    a new refund (double refunds show in the ledger).
+// A cancellation of a refund in flight is logged in LEDGER.cancelled.
 // LEDGER.pid gets this process's pid (the crash test kills it).
 import fs from "node:fs";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
@@ -39,12 +53,58 @@ function text(obj, isError = false) {
   return { content: [{ type: "text", text: JSON.stringify(obj) }], isError };
 }
 
+// key -> promise of the refund entry, for calls waiting in LEDGER.late
+const inFlight = new Map();
+
+// The ms LEDGER.late asks for, or null when it is absent.
+function lateMs() {
+  let t;
+  try {
+    t = fs.readFileSync(ledger + ".late", "utf8").trim();
+  } catch {
+    return null;
+  }
+  const n = Number(t);
+  return t === "" || !Number.isFinite(n) || n < 0 ? 1500 : n;
+}
+
 async function refund(args, extra, kind) {
   const key = args.idempotency_key;
   if (args.amount_cents <= 0)
     return text({ error: "amount_cents must be positive" }, true);
-  const seen = key && entries().find((e) => e.idempotency_key === key);
+  const dedupe = !fs.existsSync(ledger + ".nodedupe");
+  if (dedupe && key && inFlight.has(key)) return text(await inFlight.get(key));
+  const seen = dedupe && key && entries().find((e) => e.idempotency_key === key);
   if (seen) return text(seen);
+  // the gateway's notifications/cancelled reaches the handler as an abort
+  extra?.signal?.addEventListener("abort", () =>
+    fs.appendFileSync(ledger + ".cancelled", (key ?? "") + "\n"));
+  const late = lateMs();
+  if (late !== null) {
+    const held = dedupe && key;
+    const done = (async () => {
+      await new Promise((r) => setTimeout(r, late));
+      // deduping: applied meanwhile (another process on this ledger)?
+      return (held && entries().find((e) => e.idempotency_key === key)) || apply(args, extra, kind);
+    })();
+    if (held) inFlight.set(key, done);
+    let e;
+    try {
+      e = await done;
+    } finally {
+      if (held) inFlight.delete(key);
+    }
+    if (fs.existsSync(ledger + ".stall")) await new Promise((r) => setTimeout(r, 600000));
+    return text(e);
+  }
+  const e = apply(args, extra, kind);
+  if (fs.existsSync(ledger + ".stall")) await new Promise((r) => setTimeout(r, 600000));
+  return text(e);
+}
+
+// Append the refund to the ledger, at once (synchronously).
+function apply(args, extra, kind) {
+  const key = args.idempotency_key;
   const e = {
     refund_id: `re_${entries().length + 1}`,
     kind,
@@ -54,11 +114,7 @@ async function refund(args, extra, kind) {
     meta_key: extra?._meta?.["io.idem/key"] ?? null,
   };
   fs.appendFileSync(ledger, JSON.stringify(e) + "\n");
-  // the gateway's notifications/cancelled reaches the handler as an abort
-  extra?.signal?.addEventListener("abort", () =>
-    fs.appendFileSync(ledger + ".cancelled", (key ?? "") + "\n"));
-  if (fs.existsSync(ledger + ".stall")) await new Promise((r) => setTimeout(r, 600000));
-  return text(e);
+  return e;
 }
 
 const server = new McpServer({ name: "payments", version: "1.0.0" });

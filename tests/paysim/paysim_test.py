@@ -357,8 +357,152 @@ def case_stall(d):
     is_error(s.refund({"order_id": "ord_1", "amount_cents": 10}, key="k1"),
              409, "idempotency_conflict", "the stalled key")
     eq(s.get("/_mode").json(), {"mode": "stall", "count": None,
-                                "stall_ms": 60000}, "GET /_mode")
+                                "stall_ms": 60000, "dedupe": True},
+       "GET /_mode")
     # SIGTERM does not wait out the stalls: stop() allows 20 s of the 60.
+    s.stop()
+
+
+def wait_log(s, line, what):
+    until = time.monotonic() + 20
+    while line not in s.stderr():
+        expect(time.monotonic() < until, what, s.stderr(), line)
+        time.sleep(0.02)
+
+
+def case_late(d):
+    """Mode late: held stall_ms FIRST, then applied, then 200; meanwhile the
+    key answers 409 and nothing is in the ledger."""
+    s = Sim(d)
+    eq(s.mode("late", count=1, stall_ms=1500)["mode"], "late", "mode late")
+    first = []
+    t = threading.Thread(target=lambda: first.append(
+        s.refund({"order_id": "ord_1", "amount_cents": 700}, key="k1",
+                 timeout=60)))
+    t.start()
+    wait_log(s, "key=k1 -> holding 1500 ms", "the request is held")
+    eq(ledger_lines(s.ledger), [], "ledger while held: not applied yet")
+    eq(s.get("/v1/refunds?idempotency_key=k1").json()["data"], [],
+       "status read while held: not applied yet")
+    # The same key while held: 409, and it does not apply (nor count).
+    for args in ({"order_id": "ord_1", "amount_cents": 700},
+                 {"order_id": "ord_1", "amount_cents": 999}):
+        is_error(s.refund(args, key="k1"), 409, "idempotency_conflict",
+                 "same key while held, %r" % args)
+    # Other requests are served meanwhile; count=1 is used up by k1.
+    applied(s.refund({"order_id": "ord_2", "amount_cents": 5}, key="k2",
+                     timeout=4), "k2", "ord_2", 5, 1)
+    eq([x["idempotency_key"] for x in ledger_lines(s.ledger)], ["k2"],
+       "ledger while held: only the other refund")
+    t.join()
+    expect(first, "the held request got an answer")
+    a = applied(first[0], "k1", "ord_1", 700, 2)
+    eq(first[0].header("Idempotent-Replayed"), None, "the held one applied")
+    eq(ledger_lines(s.ledger)[1], record_of(a), "applied after the hold")
+    r = s.refund({"order_id": "ord_1", "amount_cents": 700}, key="k1")
+    eq((r.status, r.data), (200, first[0].data), "replay after the hold")
+    eq(r.header("Idempotent-Replayed"), "true", "replayed")
+    # The client gives up during the hold; the refund lands after that.
+    s.mode("late", count=1, stall_ms=1000)
+    try:
+        r = s.refund({"order_id": "ord_3", "amount_cents": 3}, key="k3",
+                     timeout=0.3)
+        raise Fail("a held request was answered: %d %r" % (r.status, r.data))
+    except socket.timeout:
+        pass
+    eq([x["idempotency_key"] for x in ledger_lines(s.ledger)], ["k2", "k1"],
+       "ledger right after the client's timeout: not applied")
+    until = time.monotonic() + 20
+    while len(ledger_lines(s.ledger)) < 3:
+        expect(time.monotonic() < until, "the late refund lands")
+        time.sleep(0.02)
+    r = s.refund({"order_id": "ord_3", "amount_cents": 3}, key="k3")
+    applied(r, "k3", "ord_3", 3, 3)
+    eq(r.header("Idempotent-Replayed"), "true", "the landed refund replays")
+    # No key: held, then applied all the same.
+    s.mode("late", count=1, stall_ms=200)
+    applied(s.refund({"order_id": "ord_4", "amount_cents": 4}), None, "ord_4",
+            4, 4)
+    # Stopped while held: dropped unanswered and NOT applied.
+    s.mode("late", stall_ms=60000)
+    eq(s.get("/_mode").json(), {"mode": "late", "count": None,
+                                "stall_ms": 60000, "dedupe": True},
+       "GET /_mode")
+    try:
+        s.refund({"order_id": "ord_5", "amount_cents": 5}, key="k5", timeout=1)
+        raise Fail("a held request was answered")
+    except socket.timeout:
+        pass
+    s.stop()
+    eq([x["idempotency_key"] for x in ledger_lines(s.ledger)],
+       ["k2", "k1", "k3", None], "ledger: the one held at SIGTERM is not in it")
+
+
+def case_no_dedupe(d):
+    """--no-dedupe: the key binds nothing, every POST applies a new refund."""
+    s = Sim(d, args=["--no-dedupe"])
+    eq(s.get("/_mode").json()["dedupe"], False, "GET /_mode dedupe")
+    body = {"order_id": "ord_1", "amount_cents": 600}
+    a = applied(s.refund(body, key="k1"), "k1", "ord_1", 600, 1)
+    r = s.refund(body, key="k1")
+    b = applied(r, "k1", "ord_1", 600, 2)
+    eq(r.header("Idempotent-Replayed"), None, "not a replay")
+    # Other parameters under the same key: applied too, no 422.
+    c = applied(s.refund({"order_id": "ord_1", "amount_cents": 1}, key="k1"),
+                "k1", "ord_1", 1, 3)
+    eq(ledger_lines(s.ledger), [record_of(x) for x in (a, b, c)],
+       "two POSTs with one key: two ledger lines (and a third)")
+    eq(s.get("/v1/refunds?idempotency_key=k1").json()["data"], [a, b, c],
+       "status read by key lists every one")
+    # Mode late without dedupe: a second request while the first is held
+    # is no 409; both apply.
+    s.mode("late", count=1, stall_ms=1000)
+    first = []
+    t = threading.Thread(target=lambda: first.append(
+        s.refund({"order_id": "ord_2", "amount_cents": 2}, key="k2",
+                 timeout=60)))
+    t.start()
+    wait_log(s, "key=k2 -> holding 1000 ms", "the request is held")
+    eq(len(ledger_lines(s.ledger)), 3, "not applied while held")
+    applied(s.refund({"order_id": "ord_2", "amount_cents": 2}, key="k2"),
+            "k2", "ord_2", 2, 4)
+    t.join()
+    applied(first[0], "k2", "ord_2", 2, 5)
+    # Nor does a stall make the key answer 409.
+    s.mode("stall", count=1, stall_ms=1000)
+    t = threading.Thread(target=lambda: first.append(
+        s.refund({"order_id": "ord_3", "amount_cents": 3}, key="k3",
+                 timeout=60)))
+    t.start()
+    wait_log(s, "key=k3 -> applied re_000006, stalling", "the stall")
+    applied(s.refund({"order_id": "ord_3", "amount_cents": 3}, key="k3"),
+            "k3", "ord_3", 3, 7)
+    t.join()
+    applied(first[1], "k3", "ord_3", 3, 6)
+    keys = [x["idempotency_key"] for x in ledger_lines(s.ledger)]
+    eq(keys, ["k1"] * 3 + ["k2"] * 2 + ["k3"] * 2, "ledger")
+    s.stop()
+    # Read back with --no-dedupe: fine, ids continue.
+    s = Sim(d, args=["--no-dedupe"])
+    applied(s.refund(body, key="k1"), "k1", "ord_1", 600, 8)
+    s.stop()
+    # Without it, a ledger with a key applied twice is refused.
+    t = Sim(d, expect_start=False)
+    eq(t.p.wait(timeout=20), 1, "a deduping simulator on that ledger")
+    expect("idempotency key \"k1\" applied twice" in t.stderr(), "message",
+           t.stderr())
+    # Switched at run time: dedupe off, then on again (a key applied more
+    # than once then replays its first refund).
+    s = Sim(d, ledger=os.path.join(d, "other.jsonl"))
+    a = applied(s.refund(body, key="k1"), "k1", "ord_1", 600, 1)
+    eq(s.mode("normal", dedupe=False)["dedupe"], False, "dedupe off")
+    applied(s.refund(body, key="k1"), "k1", "ord_1", 600, 2)
+    eq(s.mode("normal")["dedupe"], False, "kept when absent")
+    eq(s.mode("normal", dedupe=True)["dedupe"], True, "dedupe on")
+    r = s.refund(body, key="k1")
+    eq((r.status, r.json()), (200, a), "replays the first refund")
+    eq(r.header("Idempotent-Replayed"), "true", "replayed")
+    eq(len(ledger_lines(s.ledger)), 2, "ledger")
     s.stop()
 
 
@@ -529,10 +673,13 @@ def case_errors(d):
            got[:100])
     for bad in ({"mode": "bogus"}, {"mode": "fail", "count": 0},
                 {"mode": "fail", "count": "2"}, {"mode": "stall", "stall_ms": -1},
+                {"mode": "normal", "dedupe": "no"},
+                {"mode": "normal", "dedupe": 0}, {"dedupe": False},
                 {"count": 1}, [1]):
         is_error(s.request("POST", "/_mode", bad), 400, "invalid_request",
                  "/_mode %r" % bad)
     eq(s.get("/_mode").json()["mode"], "normal", "mode after bad /_mode")
+    eq(s.get("/_mode").json()["dedupe"], True, "dedupe after bad /_mode")
     eq([x["idempotency_key"] for x in ledger_lines(s.ledger)],
        ["kc", "k" * 255, "kbig"], "ledger")
     s.stop()
@@ -691,7 +838,8 @@ def case_cli(d):
     eq(c.returncode, 1, "exit status for a ledger in a missing folder")
     expect(b"paysim: ledger " in c.stderr, "message", c.stderr)
     c = subprocess.run([ARGS.bin, "--help"], stdout=subprocess.PIPE)
-    expect(c.returncode == 0 and b"reject429" in c.stdout, "--help", c.stdout)
+    expect(c.returncode == 0 and b"reject429" in c.stdout and b" late " in
+           c.stdout and b"--no-dedupe" in c.stdout, "--help", c.stdout)
     # An explicit port, the defaults, --quiet, SIGINT.
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -699,7 +847,7 @@ def case_cli(d):
     s = Sim(d, args=["--port", str(port), "--quiet", "--stall-ms", "1234"])
     eq(s.port, port, "the port file holds --port")
     eq(s.get("/_mode").json(), {"mode": "normal", "count": None,
-                                "stall_ms": 1234}, "defaults")
+                                "stall_ms": 1234, "dedupe": True}, "defaults")
     applied(s.refund({"order_id": "o", "amount_cents": 5}, key="k"), "k", "o",
             5, 1)
     s.stop(signal.SIGINT)
