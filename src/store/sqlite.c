@@ -34,6 +34,11 @@
 **   (gc scans the table: it is rare, and an index on expires would cost
 **   every insert a page)
 **
+** Version 2 adds executor TEXT, pgid INTEGER, settle_from INTEGER: the
+** attempt that may still be running (SPEC §6a; a pending or in-doubt
+** record of version 1 gets its owner as executor and its updated time as
+** settle_from).
+**
 ** Columns hold exactly the fields of idem_record (times in ms since the
 ** epoch).  expires = 0 means "keep forever": gc never deletes such a record.
 ** The fence query walks attempts_fence newest first; idem recover's scans
