@@ -409,8 +409,28 @@ static void test_explain(void) {
   expect_in(t, "2000 ms");
   expect_in(t, "604800 s (7 days)");
   expect_not_in(t, "repeat_window_s");
+  expect_in(t, "may still apply at any later time (settle_ms is not set)");
+  expect_in(t, "runs again with the same key (the provider deduplicates it)");
   CHECK(t && !strstr(t, "\n\n\n") && t[strlen(t) - 1] == '\n');
   idem_free(t);
+
+  { /* settle_ms (SPEC §6a), bounded and 0, in words */
+    idem_policy *q = parse("{\"tools\":{\"a\":{\"class\":\"guarded\","
+                           "\"settle_ms\":90000},\"b\":{\"class\":"
+                           "\"guarded\",\"settle_ms\":0}}}",
+                           IDEM_OK);
+    if (q) {
+      t = explain(q, "a");
+      expect_in(t, "after a timeout or a crash this tool may still apply for "
+                   "up to 90000 ms");
+      expect_in(t, "until then a retry waits");
+      idem_free(t);
+      t = explain(q, "b");
+      expect_in(t, "its effects end with its executor (settle_ms 0)");
+      idem_free(t);
+    }
+    idem_policy_free(q);
+  }
 
   t = explain(p, "get_refund_status");
   expect_in(t, "get_refund_status is read-only");
@@ -444,6 +464,7 @@ static void test_explain(void) {
   t = explain(f, "run_job");
   expect_in(t, "status command \"job-status \\\"$IDEM_KEY\\\"\"");
   expect_in(t, "not known to deduplicate");
+  expect_in(t, "proves only that the attempt has not landed yet");
   expect_in(t, "no exit status rejected");
   idem_free(t);
 
