@@ -14,6 +14,7 @@
 ** and containers that share a machine id can be told apart.
 */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -61,10 +62,12 @@ static const char *host_id(void) {
   return host;
 }
 
-/* The start time of pid in clock ticks since boot; 0 when unknown. */
-static unsigned long long start_time(long pid) {
+/* What /proc/PID/stat says of a process: its state (field 3: 'R', 'S',
+** ... 'Z' for a zombie), process group (field 5) and start time in clock
+** ticks since boot (field 22).  0 when it cannot be read (no such pid). */
+static int proc_stat(long pid, char *state, long *pgrp,
+                     unsigned long long *start) {
   char path[64], buf[1024], *p;
-  unsigned long long t = 0;
   size_t n;
   int field;
   FILE *f;
@@ -75,11 +78,25 @@ static unsigned long long start_time(long pid) {
   buf[n] = '\0';
   /* the command name (field 2) may hold spaces and parentheses: skip to
   ** the last ')' */
-  if (!(p = strrchr(buf, ')'))) return 0;
-  for (field = 2; field < 22 && *p; p++)
-    if (*p == ' ') field++;
-  if (field == 22) t = strtoull(p, NULL, 10);
-  return t;
+  if (!(p = strrchr(buf, ')')) || p[1] != ' ') return 0;
+  *state = p[2];
+  *pgrp = 0;
+  *start = 0;
+  for (field = 2; field < 22 && *p; p++) {
+    if (*p != ' ') continue;
+    field++;
+    if (field == 5) *pgrp = strtol(p + 1, NULL, 10);
+  }
+  if (field == 22) *start = strtoull(p, NULL, 10);
+  return 1;
+}
+
+/* The start time of pid in clock ticks since boot; 0 when unknown. */
+static unsigned long long start_time(long pid) {
+  char state;
+  long pgrp;
+  unsigned long long t;
+  return proc_stat(pid, &state, &pgrp, &t) ? t : 0;
 }
 
 void idem__owner_self(char *buf, size_t n) {
@@ -102,14 +119,39 @@ int idem__owner_alive(const char *owner) {
   start = strtoull(c2 + 1, NULL, 10);
   if (pid <= 0) return -1;
   if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
-  /* the pid lives, but is it the same process? */
-  if (start && start_time(pid) != start) return 0;
+  /* the pid exists, but is it the same process, and not a zombie (dead,
+  ** waiting for a parent - or an init - to reap it)? */
+  {
+    char state = 0;
+    long pgrp;
+    unsigned long long t = 0;
+    if (!proc_stat(pid, &state, &pgrp, &t)) return 0;
+    if (state == 'Z' || state == 'X') return 0;
+    if (start && t != start) return 0;
+  }
   return 1;
 }
 
 int idem__group_empty(long long pgid) {
+  DIR *d;
+  struct dirent *e;
+  int empty = 1;
   if (pgid <= 1) return 1;
-  return kill(-(pid_t)pgid, 0) != 0 && errno == ESRCH;
+  if (kill(-(pid_t)pgid, 0) != 0 && errno == ESRCH) return 1;
+  /* kill() counts zombies too: a member that is dead but not yet reaped
+  ** runs nothing.  Look for a live one. */
+  if (!(d = opendir("/proc"))) return 0;
+  while (empty && (e = readdir(d)) != NULL) {
+    char state, *end;
+    long pgrp, pid = strtol(e->d_name, &end, 10);
+    unsigned long long t;
+    if (pid <= 0 || *end) continue;
+    if (proc_stat(pid, &state, &pgrp, &t) && pgrp == (long)pgid &&
+        state != 'Z' && state != 'X')
+      empty = 0;
+  }
+  closedir(d);
+  return empty;
 }
 
 void idem__crash_point(const char *name) {

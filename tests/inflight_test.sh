@@ -106,7 +106,7 @@ REFUND_MODE=late LATE=1 run d c1 --policy "$T/p4.json"
 expect "settle 0: failed or unknown at the deadline" 0 "$((code == 1 || code == 75 ? 0 : 1))"
 settle_all
 expect "settle 0: the killed commands applied nothing" 0 "$(applied)"
-run d c1 --policy "$T/p4.json"
+run d c1 --policy "$T/p4.json" --timeout 5000
 expect "settle 0: runs again once nothing can land" 0 "$code"
 expect "settle 0: one refund" 1 "$(applied)"
 
@@ -119,7 +119,7 @@ run e c1 --policy "$T/p5.json"
 expect "settle 600: still unknown within it" 75 "$code"
 sleep 0.8
 settle_all
-run e c1 --policy "$T/p5.json"
+run e c1 --policy "$T/p5.json" --timeout 5000
 expect "settle 600: runs again after it" 0 "$code"
 expect "settle 600: one refund" 1 "$(applied)"
 
@@ -156,7 +156,7 @@ group_gone g c1
 expect "runner killed: the command applied nothing" 0 "$(applied)"
 has "runner killed: its group is recorded" \
   "$("$IDEM" show --log "sqlite:$T/g.db" --json s c1)" '"pgid":'
-run g c1 --policy "$T/p1.json"
+run g c1 --policy "$T/p1.json" --timeout 5000
 expect "runner killed: runs again once the group is empty" 0 "$code"
 expect "runner killed: one refund" 1 "$(applied)"
 
