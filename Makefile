@@ -8,7 +8,10 @@
 JOBS ?= 2
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build demo test test-release test-asan fuzz bench install clean
+TORTURE_N ?= 2000
+TORTURE_J ?= 2
+
+.PHONY: all deps build demo test test-release test-asan fuzz bench torture torture-pg install clean
 
 all: build
 
@@ -42,6 +45,15 @@ fuzz:
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_FUZZ=ON -DIDEM_TESTS=OFF
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_canon fuzz_key fuzz_policy fuzz_http fuzz_mcp
 	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+# SPEC §11: the torture suite (tests/torture/README.md), N trials on SQLite,
+# or on a throwaway PostgreSQL server (torture-pg).
+torture: build
+	python3 tests/torture/torture.py -n $(TORTURE_N) -j $(TORTURE_J) --idem build/idem
+
+torture-pg: build
+	@scripts/install-deps.sh --peers
+	tests/pg/with_server.sh sh -c 'python3 tests/torture/torture.py -n $(TORTURE_N) -j $(TORTURE_J) --idem build/idem --log "$$IDEM_PG_URL"'
 
 bench: build
 	@scripts/install-deps.sh --peers
