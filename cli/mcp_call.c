@@ -59,6 +59,7 @@ static void run_job(gcall *c) {
     size_t len = 0;
     int outcome = cli_status_check(c->s, idem_step_check_command(c->s),
                                    c->session, c->call_id, c->tool, &out, &len);
+    c->checked = outcome == IDEM_OUTCOME_APPLIED;
     rc = idem_step_resolve(c->s, outcome, out, out ? len : 0);
     free(out);
     break;
@@ -231,6 +232,7 @@ static void send_check(gw *w, gcall *c) {
   size_t alen;
   const char *args = idem_step_check_args(c->s, &alen);
   pend *p;
+  c->checked = 0;
   if (!tool && idem_step_check_command(c->s)) {
     gw_submit(w, c, J_CMD); /* a shell command: on a worker, it blocks */
     return;
@@ -265,6 +267,33 @@ static void put_envelope_result(mcp_buf *b, const char *env, size_t elen,
     gw_oom();
 }
 
+/* Append the tool result text res with item added at the end of its
+** "content" array (its other bytes unchanged); -1 when it has none. */
+static int put_with_item(mcp_buf *b, const char *res, size_t len,
+                         const char *item) {
+  size_t vs, ve, i;
+  if (mcp_member(res, len, "content", &vs, &ve) != 1 || ve - vs < 2 ||
+      res[vs] != '[' || res[ve - 1] != ']')
+    return -1;
+  for (i = ve - 1; i > vs + 1 && strchr(" \t\r\n", res[i - 1]); i--) {
+  }
+  return mcp_buf_put(b, res, ve - 1) ||
+                 (i > vs + 1 && mcp_buf_put(b, ",", 1)) ||
+                 mcp_buf_puts(b, item) ||
+                 mcp_buf_put(b, res + ve - 1, len - (ve - 1))
+             ? -1
+             : 0;
+}
+
+/* A text content item, as JSON text (to be freed). */
+static char *text_item(const char *text) {
+  json_t *v = json_pack("{ssss}", "type", "text", "text", text);
+  char *d = v ? json_dumps(v, JSON_COMPACT) : NULL;
+  if (!d) gw_oom();
+  json_decref(v);
+  return d;
+}
+
 /* Answer the client from the step's envelope (SPEC §10). */
 static void answer(gw *w, gcall *c) {
   size_t elen, rs = 0, re = 0;
@@ -277,8 +306,21 @@ static void answer(gw *w, gcall *c) {
   int replayed = json_is_true(json_object_get(e, "replayed"));
   int has_result =
       mcp_member(env, elen, "result", &rs, &re) == 1 && env[rs] == '{';
+  char note[600];
   mcp_buf b;
   if (!status) status = idem_answer_name(a);
+  note[0] = '\0';
+  if (a == IDEM_ANSWER_SUCCEEDED && c->checked) {
+    /* the model gets the status check's result, not the tool's: say in
+    ** words what happened, or it may take the call for unanswered */
+    const char *how = idem_step_check_tool(c->s);
+    snprintf(note, sizeof note,
+             "The %s call went through (a status check%s%s found it "
+             "applied); the check's result is included. Do not call %s "
+             "again for this.",
+             c->tool, how ? " with " : "", how ? how : "", c->tool);
+    if (!message) message = note;
+  }
   mcp_buf_init(&b, (size_t)-1);
   if (mcp_buf_puts(&b, "{\"jsonrpc\":\"2.0\",\"id\":") ||
       mcp_buf_put(&b, c->cid, c->cidlen))
@@ -304,7 +346,17 @@ static void answer(gw *w, gcall *c) {
     if (mcp_buf_puts(&b, ",\"result\":")) gw_oom();
     if (json_is_array(
             json_object_get(json_object_get(e, "result"), "content"))) {
-      if (mcp_put_with_meta(&b, env + rs, re - rs, add)) gw_oom();
+      /* the recorded result; a reconciled one with the words added as
+      ** its last content item */
+      mcp_buf r;
+      char *item = note[0] ? text_item(note) : NULL;
+      mcp_buf_init(&r, (size_t)-1);
+      if (item && put_with_item(&r, env + rs, re - rs, item)) r.len = 0;
+      if (r.len ? mcp_put_with_meta(&b, r.p, r.len, add)
+                : mcp_put_with_meta(&b, env + rs, re - rs, add))
+        gw_oom();
+      mcp_buf_free(&r);
+      free(item);
     } else {
       /* not a tool result (a status command's output): its JSON as text */
       char *d = json_dumps(add, JSON_COMPACT), *t = gw_dupn(env + rs, re - rs);
@@ -312,7 +364,13 @@ static void answer(gw *w, gcall *c) {
           mcp_buf_puts(&b, "{\"content\":[{\"type\":\"text\",\"text\":"))
         gw_oom();
       put_json_string(&b, t);
-      if (mcp_buf_puts(&b, "}],\"_meta\":") || mcp_buf_puts(&b, d) ||
+      if (mcp_buf_puts(&b, "}")) gw_oom();
+      if (note[0]) {
+        char *item = text_item(note);
+        if (mcp_buf_puts(&b, ",") || mcp_buf_puts(&b, item)) gw_oom();
+        free(item);
+      }
+      if (mcp_buf_puts(&b, "],\"_meta\":") || mcp_buf_puts(&b, d) ||
           mcp_buf_puts(&b, "}"))
         gw_oom();
       free(d);
@@ -548,6 +606,7 @@ void gw_on_check_answer(gw *w, gcall *c, const mcp_msg *m, const char *line,
       !json_is_true(json_object_get(result, "isError")) &&
       mcp_member(line, len, "result", &vs, &ve) == 1) {
     outcome = mcp_verdict(result, line + vs, ve - vs, step_verdict, c->s);
+    c->checked = outcome == IDEM_OUTCOME_APPLIED;
     gw_set_input(c, outcome, outcome == IDEM_OUTCOME_APPLIED ? line + vs : NULL,
                  ve - vs, NULL);
   } else {

@@ -61,6 +61,7 @@ struct gcall {
   long long token; /* the lease token of the execute in flight */
   /* the server's own answer to this call's last execute */
   int fresh;          /* IDEM_OUTCOME_APPLIED / _REJECTED, or 0 */
+  int checked;        /* this call's own status check found it applied */
   int fresh_is_error; /* fresh_text is a JSON-RPC error object */
   char *fresh_text;   /* its "result" or "error" member, raw */
   size_t fresh_len;

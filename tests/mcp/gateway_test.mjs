@@ -88,6 +88,10 @@ r = await call(client, "refund_payment", { order_id: "o2", amount_cents: 2500 },
 check(!r.isError && r._meta?.["io.idem/status"] === "succeeded",
       "a refund applied but unanswered within timeout_ms is reconciled: succeeded", r);
 check(Date.now() - t0 >= 1400, "... after the gateway's deadline", Date.now() - t0);
+check(body(r).order_id === "o2" && r.content.length === 2 && r.content[1].type === "text" &&
+      /refund_payment call went through \(a status check with get_refund_status found it applied\).*Do not call refund_payment again/
+        .test(r.content[1].text) && r._meta?.["io.idem/message"] === r.content[1].text,
+      "... the status tool's result comes first, then a text item that says in words what happened", r);
 let rec = show("sess_1", "toolu_2");
 check(rec.state === "succeeded" && rec.resolution === "reconciled", "... recorded succeeded, reconciled", rec);
 check(ledgerOf(ledger).filter((e) => e.order_id === "o2").length === 1, "... one refund for o2", ledgerOf(ledger));

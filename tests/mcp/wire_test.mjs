@@ -138,6 +138,10 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
   check(!viaCmd.result?.isError && viaCmd.result?._meta?.["io.idem/status"] === "succeeded" &&
         viaCmd.result?.content?.[0]?.text === '{"found":true}',
         "past the deadline, the policy's status command finds it applied: succeeded", viaCmd);
+  check(viaCmd.result?.content?.length === 2 &&
+        /^The slow_charge call went through \(a status check found it applied\); the check's result is included\. Do not call slow_charge again/
+          .test(viaCmd.result.content[1].text),
+        "... and a second text item says so in words", viaCmd);
 
   // applied_when {pointer, equals}, read in the status tool's structuredContent
   g.send(req(33, "tools/call", { name: "slow_ptr", arguments: { order: 3 }, _meta: { "io.idem/call_id": "ptr_1" } }));
