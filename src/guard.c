@@ -371,6 +371,7 @@ static void change_init(idem_step *s, idem__change *ch, const idem_record *r) {
 
 static int decide(idem_step *s);
 static int decide_existing(idem_step *s, idem_record *r);
+static int decide_fenced(idem_step *s, idem_record *e);
 
 /* We lost a race on the record: read it again and decide anew. */
 static int lost_race(idem_step *s, idem_record *now) {
@@ -416,7 +417,8 @@ static void new_attempt(idem_step *s, idem__change *ch, long long delay) {
 
 /* Our record, in_doubt or not_applied and held by us, goes back to pending
 ** durably before the next attempt (no downstream call without a durable
-** record of it). */
+** record of it).  The token grows: it names the attempt, so that a late
+** word from the earlier one cannot settle this one. */
 static int repend(idem_step *s, int from_state, long long delay) {
   idem__change ch;
   idem_record *now = NULL;
@@ -426,8 +428,12 @@ static int repend(idem_step *s, int from_state, long long delay) {
   ch.expect_token = s->token;
   ch.state = IDEM_STATE_PENDING;
   ch.durable = 1;
+  ch.take_lease = IDEM__LEASE_TAKE;
+  ch.owner = s->g->owner;
+  ch.lease_until = now_ms(s) + idem__lease_ms(s->rule);
   new_attempt(s, &ch, delay);
   if (!(now = apply(s, &ch, &rc))) return rc;
+  s->token = now->token;
   idem_record_free(now);
   idem__crash_point("after_pending_commit");
   return to_execute(s, delay);
@@ -619,6 +625,23 @@ static int decide_existing(idem_step *s, idem_record *r) {
     idem_record_free(now);
     return rc;
   case IDEM_STATE_NOT_APPLIED:
+    /* before it runs again: did a later call carry the action out, or
+    ** is one at it?  (The model re-issued it while it was in doubt, the
+    ** re-issue found it not applied and went ahead; then this call was
+    ** replayed.)  Then that one decides, as the fence does for a new call */
+    if (r->fence_key) {
+      idem_record *e = NULL;
+      rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
+                               &e);
+      if (rc == IDEM_OK) {
+        idem_record_free(r);
+        return decide_fenced(s, e);
+      }
+      if (rc != IDEM_NOTFOUND) {
+        idem_record_free(r);
+        return store_fail(s->g, rc);
+      }
+    }
     if (!(now = seize(s, r, IDEM_STATE_PENDING, 1, &rc))) return rc;
     s->token = now->token;
     s->attempt = now->attempts + 1;
@@ -649,7 +672,30 @@ static int deduplicate(idem_step *s, const idem_record *e) {
   rec.duplicate_of = e->call_id;
   rc = s->g->st->vt->insert(s->g->st, &rec, &what, &found);
   if (rc) return store_fail(s->g, rc);
-  if (what == IDEM__BEGIN_FOUND) return decide_existing(s, found);
+  if (what == IDEM__BEGIN_FOUND && found->state == IDEM_STATE_NOT_APPLIED &&
+      strcmp(found->fingerprint, s->fingerprint) == 0) {
+    /* this call's own action, not applied, was carried out by e: it
+    ** becomes a duplicate of e rather than running again */
+    change_init(s, &ch, found);
+    ch.from = BIT(IDEM_STATE_NOT_APPLIED);
+    ch.expect_token = found->token;
+    ch.state = IDEM_STATE_DEDUPLICATED;
+    ch.result = e->result;
+    ch.resolution = IDEM_RESOLVED_REPLAYED;
+    ch.duplicate_of = e->call_id;
+    ch.delivered = now;
+    ch.exec_set = IDEM__EXEC_CLEAR;
+    {
+      idem_record *was = found; /* ch points into it */
+      found = NULL;
+      rc = s->g->st->vt->change(s->g->st, &ch, &found);
+      idem_record_free(was);
+    }
+    if (rc == IDEM_STALE) return lost_race(s, found);
+    idem_record_free(found);
+    if (rc) return store_fail(s->g, rc);
+  } else if (what == IDEM__BEGIN_FOUND)
+    return decide_existing(s, found);
   /* the model is about to be told: the earlier action fences no more */
   change_init(s, &ch, e);
   ch.from = ALL_STATES;
@@ -984,8 +1030,11 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.error = error;
   ch.resolution = resolution;
   rc = g->st->vt->change(g->st, &ch, strict ? NULL : &now);
-  if (!strict && rc == IDEM_STALE && now && now->state == IDEM_STATE_IN_DOUBT) {
-    /* a late result settles an in-doubt action whoever holds it now */
+  if (!strict && rc == IDEM_STALE && now && now->state == IDEM_STATE_IN_DOUBT &&
+      outcome == IDEM_OUTCOME_APPLIED) {
+    /* a late result that it applied settles an in-doubt action whoever
+    ** holds it now; any other word speaks for its own attempt only (a
+    ** later one may still land) */
     idem_record_free(now);
     now = NULL;
     ch.from = BIT(IDEM_STATE_IN_DOUBT);

@@ -310,6 +310,7 @@ typedef struct idem__change {
   long long pgid;
   long long settle_from;
   long long settle_cap;
+  const char *duplicate_of; /* NULL: keep                                */
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };
@@ -347,6 +348,11 @@ typedef struct idem__store_vt {
                 idem_record **found);
   int (*get)(idem__store *st, const char *session, const char *call_id,
              idem_record **out); /* IDEM_NOTFOUND */
+  /* The action that fences rec, by begin's rule, when rec exists already
+  ** (an action about to run again must not repeat one that a later call
+  ** carried out): *found, or IDEM_NOTFOUND. */
+  int (*fence)(idem__store *st, const idem_record *rec,
+               long long repeat_window_ms, idem_record **found);
   /* Apply ch if its condition holds: IDEM_OK and *now the record after it;
   ** IDEM_STALE and *now the record as it is; IDEM_NOTFOUND.  now may be
   ** NULL. */

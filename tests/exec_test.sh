@@ -148,6 +148,7 @@ wait
 expect "parallel calls: one refund" 1 "$(applied)"
 expect "parallel calls: one succeeded" 1 "$(grep -l '"status":"succeeded"' "$T"/par.* | wc -l | tr -d ' ')"
 expect "parallel calls: five already applied" 5 "$(grep -l '"status":"already_applied"' "$T"/par.* | wc -l | tr -d ' ')"
+[ "$(grep -l '"status":"succeeded"' "$T"/par.* | wc -l | tr -d ' ')" = 1 ] || cat "$T"/par.* >&2
 
 # a log that cannot be used: a clear error and no downstream call
 : > "$LEDGER"

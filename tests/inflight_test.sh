@@ -171,6 +171,28 @@ has "pipes: the command's stderr is relayed" "$out" 'noise'
 expect "pipes: answered before the command ended" 0 "$?"
 settle_all
 
+# ---- 10. a re-issue that went ahead supersedes the call it repeated --------
+# c1 is in doubt; the model re-issues it as c2, which is fenced; once c1
+# certainly did not apply, c2 runs; a replay of c1 then must not run again
+: > "$LEDGER"
+policy "$T/p10.json" ', "retries": 0'
+sed -i 's/"retries": 1, //' "$T/p10.json"
+out=$("$IDEM" exec --log "sqlite:$T/j.db" --session s --call c1 --tool refund_payment \
+  --args "$ARGS" --policy "$T/p10.json" -- sh -c 'cat >/dev/null; sleep 0.6; exit 3' 2>/dev/null)
+expect "superseded: c1 unknown" 75 "$?"
+run j c2 --policy "$T/p10.json"
+expect "superseded: c2 fenced while c1 may land" 75 "$code"
+has "superseded: c2 names c1" "$out" '"duplicate_of":"c1"'
+settle_all
+sleep 0.3
+run j c2 --policy "$T/p10.json" --timeout 5000
+expect "superseded: c2 runs once c1 cannot land" 0 "$code"
+expect "superseded: one refund" 1 "$(applied)"
+run j c1 --policy "$T/p10.json" --timeout 5000
+expect "superseded: the replay of c1 does not run" 0 "$code"
+has "superseded: c1 already applied by c2" "$out" '"duplicate_of":"c2"'
+expect "superseded: still one refund" 1 "$(applied)"
+
 # ---- 9. policy decisions come before flag checks ---------------------------
 out=$("$IDEM" exec --policy "$T/p1.json" --log "sqlite:$T/i.db" --session s --call c1 \
   --tool drop_table --status "exit 100" --timeout 100 -- "$TOOL")

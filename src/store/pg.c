@@ -299,6 +299,7 @@ enum {
   S_GC,
   S_STATS,
   S_NOW,
+  S_FENCE,
   N_STMTS
 };
 
@@ -338,8 +339,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** 0, $6 attempts to add, $7 the lease (1 take it over, 2 hand it on;
     ** $8 owner, $9 lease_until), $10 result, $11 error, $12 resolution or
     ** 0, $13 delivered or -1, $14 the nonce, $15 the executor (1 set $16
-    ** $17 $18, 2 clear), $19 a settle_from to lower to, or 0.  The
-    ** terminal clause is the SQLite store's. */
+    ** $17 $18, 2 clear), $19 a settle_from to lower to, or 0, $20
+    ** duplicate_of or NULL.  The terminal clause is the SQLite store's. */
     "UPDATE idem_attempts SET"
     " state = CASE WHEN $5::integer > 0 THEN $5::integer ELSE state END,"
     " attempts = attempts + $6::integer,"
@@ -361,6 +362,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " delivered = CASE WHEN $13::bigint >= 0 THEN $13::bigint"
     "  ELSE delivered END,"
     " updated = " NOW_MS ","
+    " duplicate_of = coalesce($20::text, duplicate_of),"
     " nonce = $14::bigint"
     " WHERE session = $1::text AND call_id = $2::text"
     " AND (($3::bigint >> state) & 1) = 1"
@@ -368,18 +370,28 @@ static const char *const stmt_sql[N_STMTS] = {
     " AND (state NOT IN (2, 3, 6) OR ($7::integer = 0 AND $6::integer = 0"
     "  AND $10::text IS NULL AND $11::text IS NULL"
     "  AND $5::integer IN (0, state) AND $12::integer IN (0, resolution)"
-    "  AND $15::integer = 0 AND $19::bigint <= 0))"
+    "  AND $15::integer = 0 AND $19::bigint <= 0 AND $20::text IS NULL))"
     " RETURNING nonce, " COLS,
     "DELETE FROM idem_attempts WHERE state IN (2, 3, 4, 6)"
     " AND expires > 0 AND expires < $1::bigint",
     "SELECT state, count(*) FROM idem_attempts GROUP BY state",
     "SELECT " NOW_MS,
+    /* the fence of an action that exists (begin's rule): $1 fence_key, $2
+    ** session, $3 call id, $4 its created, $5 the repeat window or 0 */
+    "SELECT nonce, " COLS " FROM idem_attempts,"
+    " (SELECT " NOW_MS " AS now) t WHERE fence_key = $1::text"
+    " AND NOT (session = $2::text AND call_id = $3::text) AND state <> 6"
+    " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
+    "  OR delivered >= $4::bigint"
+    "  OR ($5::bigint > 0 AND created >= t.now - $5::bigint))))"
+    " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
 };
 
 static const char *const stmt_name[N_STMTS] = {
     "idem_tx",     "idem_commit", "idem_rollback", "idem_async",
     "idem_lock",   "idem_begin",  "idem_insert",   "idem_get",
     "idem_change", "idem_gc",     "idem_stats",    "idem_now",
+    "idem_fence",
 };
 
 #define LIVE_MASK ((1u << IDEM_STATE_PENDING) | (1u << IDEM_STATE_IN_DOUBT))
@@ -1378,6 +1390,52 @@ static int get_fn(pg_store *s, conn *c, void *arg, int *again) {
   return rc;
 }
 
+typedef struct fence_req {
+  const idem_record *rec;
+  long long window;
+  idem_record *out;
+} fence_req;
+
+static int fence_fn(pg_store *s, conn *c, void *arg, int *again) {
+  fence_req *q = arg;
+  params p;
+  PGresult *r;
+  int rc = IDEM_OK;
+  memset(&p, 0, sizeof p);
+  p_str(&p, 1, q->rec->fence_key);
+  p_str(&p, 2, q->rec->session);
+  p_str(&p, 3, q->rec->call_id);
+  p_int(&p, 4, q->rec->created);
+  p_int(&p, 5, q->window);
+  r = PQexecPrepared(c->db, stmt_name[S_FENCE], p.n, p.v, NULL, NULL, 0);
+  if (PQresultStatus(r) != PGRES_TUPLES_OK)
+    rc = res_fail(s, c, r, "checking the fence", again);
+  else if (PQntuples(r) == 0)
+    rc = msg_set(s, IDEM_NOTFOUND, "%s: nothing fences (%.80s, %.80s)",
+                 s->shown, q->rec->session, q->rec->call_id);
+  else if (!(q->out = row_record(r, 0, 1)))
+    rc = msg_set(s, IDEM_NOMEM, "%s: out of memory", s->shown);
+  PQclear(r);
+  return rc;
+}
+
+static int pg_fence(idem__store *st, const idem_record *rec, long long window,
+                    idem_record **out) {
+  fence_req q;
+  int rc;
+  CHECK_STORE(s, st);
+  if (!out || !rec) return IDEM_MISUSE;
+  *out = NULL;
+  if (!rec->fence_key)
+    return msg_set(s, IDEM_NOTFOUND, "%s: no fence", s->shown);
+  memset(&q, 0, sizeof q);
+  q.rec = rec;
+  q.window = window;
+  rc = run(s, fence_fn, &q);
+  *out = q.out;
+  return rc;
+}
+
 static int pg_get(idem__store *st, const char *session, const char *call_id,
                   idem_record **out) {
   get_req q;
@@ -1419,6 +1477,7 @@ static void change_params(params *p, const idem__change *ch,
   p_int(p, 17, ch->pgid);
   p_int(p, 18, ch->settle_from);
   p_int(p, 19, ch->settle_cap);
+  p_str(p, 20, ch->duplicate_of);
 }
 
 /* The change did not apply: why, with the record as it is now - or it did,
@@ -1840,6 +1899,7 @@ static const idem__store_vt pg_vt = {
     .begin = pg_begin,
     .insert = pg_insert,
     .get = pg_get,
+    .fence = pg_fence,
     .change = pg_change,
     .change_many = pg_change_many,
     .list = pg_list,

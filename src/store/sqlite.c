@@ -274,8 +274,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** 0, ?6 attempts to add, ?7 the lease (1 take it over, 2 hand it on;
     ** ?8 owner, ?9 lease_until), ?10 result, ?11 error, ?12 resolution or
     ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (1 set ?16 ?17
-    ** ?18, 2 clear), ?19 a settle_from to lower to, or 0.  The last
-    ** condition keeps terminal outcomes. */
+    ** ?18, 2 clear), ?19 a settle_from to lower to, or 0, ?20 duplicate_of
+    ** or NULL.  The last condition keeps terminal outcomes. */
     "UPDATE attempts SET"
     " state = CASE WHEN ?5 > 0 THEN ?5 ELSE state END,"
     " attempts = attempts + ?6,"
@@ -286,6 +286,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " pgid = CASE ?15 WHEN 1 THEN ?17 WHEN 2 THEN 0 ELSE pgid END,"
     " settle_from = CASE WHEN ?15 = 1 THEN ?18 WHEN ?19 > 0 AND executor"
     "  IS NOT NULL AND ?19 < settle_from THEN ?19 ELSE settle_from END,"
+    " duplicate_of = coalesce(?20, duplicate_of),"
     " result = coalesce(?10, result),"
     " error = coalesce(?11, error),"
     " resolution = CASE WHEN ?12 > 0 THEN ?12 ELSE resolution END,"
@@ -295,7 +296,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " AND (?4 < 0 OR token = ?4)"
     " AND (state NOT IN " TERMINAL_SQL " OR (?7 = 0 AND ?6 = 0"
     "  AND ?10 IS NULL AND ?11 IS NULL AND ?5 IN (0, state)"
-    "  AND ?12 IN (0, resolution) AND ?15 = 0 AND ?19 <= 0))"
+    "  AND ?12 IN (0, resolution) AND ?15 = 0 AND ?19 <= 0 AND ?20 IS NULL))"
     " RETURNING " COLS,
     "DELETE FROM attempts WHERE state IN " GC_SQL
     " AND expires > 0 AND expires < ?1",
@@ -833,6 +834,7 @@ static void w_change(sq_store *s, wreq *r) {
   sqlite3_bind_int64(st, 17, ch->pgid);
   sqlite3_bind_int64(st, 18, ch->settle_from);
   sqlite3_bind_int64(st, 19, ch->settle_cap);
+  bind_str(st, 20, ch->duplicate_of);
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
     if (!(r->out = row_record(st))) req_nomem(s, r);
@@ -1678,6 +1680,44 @@ done:
   return rc;
 }
 
+static int sq_fence(idem__store *st, const idem_record *rec,
+                    long long window, idem_record **out) {
+  sqlite3_stmt *q = NULL;
+  conn *c;
+  char msg[MSG_MAX];
+  int rc, step;
+  CHECK_STORE(s, st);
+  if (!out || !rec) return IDEM_MISUSE;
+  *out = NULL;
+  if (!rec->fence_key)
+    return msg_set(s, IDEM_NOTFOUND, "%s: no fence", s->path);
+  if ((rc = reader_get(s, &c)) != IDEM_OK) return rc;
+  if ((rc = stmt_get(s, c, S_FENCE, &q, msg, sizeof msg)) != IDEM_OK) {
+    msg_set(s, rc, "%s", msg);
+    goto done;
+  }
+  bind_str(q, 1, rec->fence_key);
+  bind_str(q, 2, rec->session);
+  bind_str(q, 3, rec->call_id);
+  sqlite3_bind_int64(q, 4, window > 0 ? wall_ms() - window : LLONG_MAX);
+  sqlite3_bind_int64(q, 5, rec->created > 0 ? rec->created : wall_ms());
+  switch (step = sqlite3_step(q)) {
+  case SQLITE_ROW:
+    if (!(*out = row_record(q)))
+      rc = msg_set(s, IDEM_NOMEM, "%s: out of memory", s->path);
+    break;
+  case SQLITE_DONE:
+    rc = msg_set(s, IDEM_NOTFOUND, "%s: nothing fences (%.80s, %.80s)",
+                 s->path, rec->session, rec->call_id);
+    break;
+  default: rc = msg_sql(s, c->db, step, "checking the fence");
+  }
+  sqlite3_reset(q);
+done:
+  reader_put(s, c);
+  return rc;
+}
+
 static int list_stmt(sq_store *s, conn *c, int by_session, unsigned mask,
                      sqlite3_stmt **out) {
   char sql[512], msg[MSG_MAX];
@@ -1795,6 +1835,7 @@ static const idem__store_vt sqlite_vt = {
     .begin = sq_begin,
     .insert = sq_insert,
     .get = sq_get,
+    .fence = sq_fence,
     .change = sq_change,
     .change_many = sq_change_many,
     .list = sq_list,

@@ -53,6 +53,12 @@ static int f_get(idem__store *st, const char *s, const char *c,
   if (out) *out = NULL;
   return IDEM_MISUSE;
 }
+static int f_fence(idem__store *st, const idem_record *rec, long long w,
+                   idem_record **out) {
+  (void)st, (void)rec, (void)w;
+  if (out) *out = NULL;
+  return IDEM_MISUSE;
+}
 static int f_change(idem__store *st, const idem__change *ch,
                     idem_record **now) {
   (void)st, (void)ch;
@@ -84,6 +90,7 @@ static const idem__store_vt failed_vt = {
     .begin = f_begin,
     .insert = f_insert,
     .get = f_get,
+    .fence = f_fence,
     .change = f_change,
     .list = f_list,
     .gc = f_gc,
