@@ -22,7 +22,16 @@
 
 /* ---- the provider ----------------------------------------------------------- */
 
-enum { MODE_OK, MODE_STALL, MODE_FAIL_BEFORE, MODE_REJECT, MODE_SLOW };
+/* MODE_LATE: the request sits in the provider's queue for stall_ms, THEN
+** the refund is applied (a deadline ends the wait, not the attempt). */
+enum {
+  MODE_OK,
+  MODE_STALL,
+  MODE_FAIL_BEFORE,
+  MODE_REJECT,
+  MODE_SLOW,
+  MODE_LATE
+};
 
 typedef struct provider {
   pthread_mutex_t mu;
@@ -32,9 +41,15 @@ typedef struct provider {
   int calls;           /* downstream calls received          */
   int checks;          /* status checks received             */
   char keys[256][300]; /* applied keys, in order             */
+  int dedupe;          /* MODE_LATE: a key applied already is not applied */
+                       /* again (the provider dedupes on the key)        */
+  int landed;          /* MODE_LATE: calls that have finished            */
+  int nsent;           /* MODE_LATE: the keys of every call, in order    */
+  char sent[64][300];
 } provider;
 
-static provider P = {PTHREAD_MUTEX_INITIALIZER, MODE_OK, 0, 0, 0, 0, {{0}}};
+static provider P = {PTHREAD_MUTEX_INITIALIZER, MODE_OK, 0, 0, 0, 0, {{0}},
+                     0, 0, 0, {{0}}};
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -67,6 +82,27 @@ static int refund_run(void *ctx, const char *key, const char *args, size_t len,
     pthread_mutex_unlock(&P.mu);
     *error = dupz("card expired");
     return IDEM_OUTCOME_REJECTED;
+  }
+  if (mode == MODE_LATE) {
+    int i, found = -1;
+    if (P.nsent < 64) snprintf(P.sent[P.nsent++], sizeof P.sent[0], "%s", key);
+    pthread_mutex_unlock(&P.mu);
+    sleep_ms(stall);
+    pthread_mutex_lock(&P.mu);
+    if (P.dedupe)
+      for (i = 0; i < P.applied && i < 256; i++)
+        if (strcmp(P.keys[i], key) == 0) found = i;
+    if (found < 0) {
+      n = P.applied++;
+      if (n < 256) snprintf(P.keys[n], sizeof P.keys[n], "%s", key);
+    } else
+      n = found;
+    P.landed++;
+    pthread_mutex_unlock(&P.mu);
+    snprintf(buf, sizeof buf,
+             "{\"refund_id\":\"re_%d\",\"amount_cents\":6000}", n + 1);
+    *result = dupz(buf);
+    return IDEM_OUTCOME_APPLIED;
   }
   n = P.applied++;
   if (n < 256) snprintf(P.keys[n], sizeof P.keys[n], "%s", key);
@@ -105,6 +141,7 @@ static void provider_reset(int mode, int stall_ms) {
   P.mode = mode;
   P.stall_ms = stall_ms;
   P.applied = P.calls = P.checks = 0;
+  P.dedupe = P.landed = P.nsent = 0;
   pthread_mutex_unlock(&P.mu);
 }
 
@@ -546,6 +583,611 @@ static void test_retry_after_doubt(void) {
   idem_policy_free(p);
 }
 
+/* ---- attempts still in flight (SPEC §6a) ------------------------------------ */
+
+#define HASNT(env, s) CHECK((env) && strstr((env), (s)) == NULL)
+
+static int calls(void) {
+  int n;
+  pthread_mutex_lock(&P.mu);
+  n = P.calls;
+  pthread_mutex_unlock(&P.mu);
+  return n;
+}
+
+static int landed(void) {
+  int n;
+  pthread_mutex_lock(&P.mu);
+  n = P.landed;
+  pthread_mutex_unlock(&P.mu);
+  return n;
+}
+
+/* How many different keys the provider was sent (MODE_LATE). */
+static int distinct_sent(void) {
+  int i, j, n = 0;
+  pthread_mutex_lock(&P.mu);
+  for (i = 0; i < P.nsent; i++) {
+    for (j = 0; j < i && strcmp(P.sent[i], P.sent[j]) != 0; j++)
+      ;
+    n += j == i;
+  }
+  pthread_mutex_unlock(&P.mu);
+  return n;
+}
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_until(long long t) {
+  long long now = mono_ms();
+  if (t > now) sleep_ms((int)(t - now));
+}
+
+/* Wait up to ms until n calls of the late provider have finished. */
+static void wait_landed(int n, int ms) {
+  long long until = mono_ms() + ms;
+  while (landed() < n && mono_ms() < until) sleep_ms(10);
+  CHECK_INT(landed(), n);
+}
+
+/* Wait up to ms until the record of (session, call_id) is in state; the
+** record (idem_record_free) or NULL, a failed check. */
+static idem_record *wait_state(idem_guard *g, const char *session,
+                               const char *call_id, int state, int ms) {
+  long long until = mono_ms() + ms;
+  idem_record *r = NULL;
+  for (;;) {
+    CHECK_INT(idem_guard_record(g, session, call_id, &r), IDEM_OK);
+    if (!r || r->state == state || mono_ms() >= until) break;
+    idem_record_free(r);
+    r = NULL;
+    sleep_ms(10);
+  }
+  if (r && r->state == state) return r;
+  fprintf(stderr, "%s/%s: state %s, expected %s\n", session, call_id,
+          r ? idem_state_name(r->state) : "(none)", idem_state_name(state));
+  check_failed++;
+  idem_record_free(r);
+  return NULL;
+}
+
+/* The record of (session, call_id), or NULL (a failed check). */
+static idem_record *record(idem_guard *g, const char *session,
+                           const char *call_id) {
+  idem_record *r = NULL;
+  CHECK_INT(idem_guard_record(g, session, call_id, &r), IDEM_OK);
+  return r;
+}
+
+/* A refund tool whose attempts may land after their deadline. settle_ms < 0
+** leaves settle_ms out (no bound). */
+static idem_policy *late_policy(int timeout_ms, int retries, int dedupe,
+                                long long settle_ms, int with_status) {
+  char text[1024], settle[64] = "";
+  if (settle_ms >= 0)
+    snprintf(settle, sizeof settle, ",\"settle_ms\":%lld", settle_ms);
+  snprintf(text, sizeof text,
+           "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\","
+           "\"timeout_ms\":%d,\"retries\":%d,\"backoff_ms\":1,"
+           "\"wait_ms\":300,\"provider_dedupes\":%s%s%s},"
+           "\"get_refund_status\":{\"class\":\"read_only\"}}}",
+           timeout_ms, retries, dedupe ? "true" : "false", settle,
+           with_status ? ",\"status\":{\"tool\":\"get_refund_status\","
+                         "\"arguments\":{\"order_id\":\"{order_id}\"}}"
+                       : "");
+  return policy(text);
+}
+
+/* The issue's reproduction through idem_guard_call: the provider holds the
+** refund past the deadline, THEN applies it, and a status check says
+** "applied" only once it has.  The first call answers outcome_unknown (not
+** succeeded, not failed); neither the same call nor a re-issue under a new
+** call id runs the tool again while it hangs; the landing is recorded late;
+** one refund.  with_status 0: no status check; dedupe: the provider dedupes
+** on the key, so the guard retries with the same key - two requests, one
+** refund as the provider sees it. */
+static void late_case(const char *sess, int with_status, int dedupe) {
+  idem_policy *p = late_policy(200, 1, dedupe, -1, with_status);
+  idem_guard *g = open_guard(p);
+  int runs = dedupe ? 2 : 1;
+  idem_record *r;
+  char key[300] = "";
+  char *e;
+  provider_reset(MODE_LATE, 800);
+  P.dedupe = dedupe;
+  e = call(g, sess, "c1", "refund_payment", ARGS, with_status,
+           "outcome_unknown");
+  HAS(e, dedupe ? "\"attempts\":2" : "\"attempts\":1");
+  HASNT(e, "safe to call");
+  HASNT(e, "\"result\"");
+  if (with_status) HAS(e, "\"check_with\":{\"tool\":\"get_refund_status\"");
+  free(e);
+  CHECK_INT(calls(), runs);
+  CHECK_INT(landed(), 0);
+  if (with_status) {
+    pthread_mutex_lock(&P.mu);
+    CHECK(P.checks >= 1);
+    pthread_mutex_unlock(&P.mu);
+  }
+  /* the record keeps the attempt that may land: in doubt, its executor */
+  if ((r = record(g, sess, "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor != NULL && r->owner != NULL &&
+          strcmp(r->executor, r->owner) == 0);
+    CHECK_INT(r->pgid, 0);
+    CHECK(r->settle_from > 0);
+    snprintf(key, sizeof key, "%s", r->key);
+  }
+  idem_record_free(r);
+  /* the same call again while it hangs: nothing runs (a resume whose
+  ** executor is at work hears in_progress) */
+  e = call(g, sess, "c1", "refund_payment", ARGS, with_status,
+           with_status ? "in_progress" : "outcome_unknown");
+  HASNT(e, "safe to call");
+  free(e);
+  CHECK_INT(calls(), runs);
+  /* the model re-issues it under a new call id: fenced, nothing runs */
+  e = call(g, sess, "c2", "refund_payment", ARGS, with_status,
+           "outcome_unknown");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  HASNT(e, "safe to call");
+  free(e);
+  CHECK_INT(calls(), runs);
+  CHECK_INT(applied(), 0);
+  CHECK_INT(landed(), 0); /* all of the above happened during the hang */
+  /* the provider applies it: the late result is recorded */
+  wait_landed(runs, 5000);
+  if ((r = wait_state(g, sess, "c1", IDEM_STATE_SUCCEEDED, 3000)) != NULL) {
+    CHECK_INT(r->resolution, IDEM_RESOLVED_LATE);
+    CHECK(r->executor == NULL);
+    CHECK_INT(r->delivered, 0);
+    CHECK(r->result && strstr(r->result, "re_1"));
+  }
+  idem_record_free(r);
+  CHECK_INT(applied(), 1); /* one refund (distinct keys when deduped) */
+  CHECK_INT(distinct_sent(), 1);
+  CHECK_INT(P.nsent, runs);
+  CHECK_STR(P.sent[0], key);
+  /* the re-issue before the model was told: already applied */
+  e = call(g, sess, "c2", "refund_payment", ARGS, with_status,
+           "already_applied");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  HAS(e, "re_1");
+  free(e);
+  /* the first call replays the late outcome */
+  e = call(g, sess, "c1", "refund_payment", ARGS, with_status, "succeeded");
+  HAS(e, "\"replayed\":true");
+  HAS(e, "re_1");
+  free(e);
+  CHECK_INT(calls(), runs);
+  CHECK_INT(applied(), 1);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+static void test_late_landing(void) {
+  late_case("late_check", 1, 0);
+  late_case("late_dedupe", 1, 1);
+  late_case("late_nocheck", 0, 0);
+}
+
+/* settle_ms 0 says the tool's effects end with its deadline: after it, a
+** status check that does not show the attempt lets the guard run it again.
+** For a provider that in truth applies later, that is two refunds - the
+** documented trade-off of a settle_ms too small; counted here. */
+static void test_late_settle_zero(void) {
+  idem_policy *p = late_policy(200, 1, 0, 0, 1);
+  idem_guard *g = open_guard(p);
+  idem_record *r;
+  char *e;
+  provider_reset(MODE_LATE, 1200);
+  /* attempt 1 times out, the check finds nothing, settle_ms 0 has passed:
+  ** attempt 2 with the same key; it times out too, the check finds nothing
+  ** and no retry is left: not applied */
+  e = call(g, "settle0", "c1", "refund_payment", ARGS, 1, "failed");
+  HAS(e, "\"attempts\":2");
+  free(e);
+  CHECK_INT(calls(), 2);
+  CHECK_INT(distinct_sent(), 1);
+  CHECK_INT(applied(), 0);
+  wait_landed(2, 5000);
+  CHECK_INT(applied(), 2); /* both attempts landed: two refunds */
+  /* (the log says not_applied: the late results found the action settled
+  ** and were dropped) */
+  if ((r = record(g, "settle0", "c1")) != NULL) {
+    CHECK_INT(r->attempts, 2);
+    CHECK(r->executor == NULL);
+  }
+  idem_record_free(r);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* A small settle_ms: until it has passed since the deadline, a check that
+** does not show the attempt changes nothing (outcome_unknown, in_progress,
+** fenced); after it, the same call runs again with the same key. */
+static void test_late_settle_small(void) {
+  idem_policy *p = late_policy(200, 1, 0, 300, 1);
+  idem_guard *g = open_guard(p);
+  idem_record *r;
+  long long t0 = mono_ms();
+  char *e;
+  provider_reset(MODE_LATE, 2000);
+  e = call(g, "settle300", "c1", "refund_payment", ARGS, 1,
+           "outcome_unknown");
+  HAS(e, "\"attempts\":1");
+  free(e);
+  e = call(g, "settle300", "c1", "refund_payment", ARGS, 1, "in_progress");
+  free(e);
+  e = call(g, "settle300", "c2", "refund_payment", ARGS, 1,
+           "outcome_unknown");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  free(e);
+  CHECK_INT(calls(), 1);
+  CHECK(mono_ms() < t0 + 500); /* the above ran before settle_ms passed */
+  /* settle_ms has passed (the deadline was at t0 + 200): it runs again */
+  sleep_until(t0 + 750);
+  e = call(g, "settle300", "c1", "refund_payment", ARGS, 1,
+           "outcome_unknown");
+  HAS(e, "\"attempts\":2");
+  free(e);
+  CHECK_INT(calls(), 2);
+  CHECK_INT(distinct_sent(), 1);
+  CHECK_INT(landed(), 0);
+  wait_landed(2, 5000);
+  CHECK_INT(applied(), 2); /* the trade-off: two refunds */
+  if ((r = wait_state(g, "settle300", "c1", IDEM_STATE_SUCCEEDED, 3000))) {
+    CHECK_INT(r->resolution, IDEM_RESOLVED_LATE);
+    CHECK(r->executor == NULL);
+  }
+  idem_record_free(r);
+  e = call(g, "settle300", "c1", "refund_payment", ARGS, 1, "succeeded");
+  HAS(e, "\"replayed\":true");
+  free(e);
+  CHECK_INT(calls(), 2);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* Begin a call and time its first attempt out: EXECUTE, then
+** finish(UNKNOWN), after idem_step_attempt_ended() when ended. */
+static idem_step *timed_out(idem_guard *g, idem_call *c, int ended) {
+  idem_step *s = NULL;
+  CHECK_INT(idem_guard_begin(g, c, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  if (ended) CHECK_INT(idem_step_attempt_ended(s), IDEM_OK);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, NULL, 0, "timeout"),
+            IDEM_OK);
+  return s;
+}
+
+/* ... and answer outcome_unknown (the check could not tell). */
+static long long left_unknown(idem_guard *g, idem_call *c, int ended) {
+  idem_step *s = timed_out(g, c, ended);
+  long long token;
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_UNKNOWN, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  token = idem_step_token(s);
+  idem_step_free(s);
+  return token;
+}
+
+/* The two-phase API: an UNKNOWN is an attempt that may still land, unless
+** idem_step_attempt_ended() said it ended. */
+static void test_two_phase_inflight(void) {
+  idem_policy *p = policy(REFUND_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_call c = {"tp1", "c1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_step *s;
+  idem_record *r;
+  const char *env;
+  char key[300];
+  size_t len;
+  long long token;
+
+  /* finish(UNKNOWN), then the check finds nothing: still unknown */
+  s = timed_out(g, &c, 0);
+  snprintf(key, sizeof key, "%s", idem_step_key(s));
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER); /* no second EXECUTE */
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  env = idem_step_envelope(s, &len);
+  HASNT(env, "safe to call");
+  HAS(env, "\"check_with\"");
+  idem_step_free(s);
+  if ((r = record(g, "tp1", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor != NULL && r->owner &&
+          strcmp(r->executor, r->owner) == 0);
+    CHECK_INT(r->attempts, 1);
+    CHECK(r->settle_from >= r->created + 300);
+  }
+  idem_record_free(r);
+
+  /* the attempt ended (its connection reset): "not applied" re-executes,
+  ** with the same key */
+  c.session = "tp2";
+  s = timed_out(g, &c, 1);
+  snprintf(key, sizeof key, "%s", idem_step_key(s));
+  if ((r = record(g, "tp2", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor == NULL);
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_step_attempt(s), 2);
+  CHECK_STR(idem_step_key(s), key);
+  if ((r = record(g, "tp2", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_PENDING);
+    CHECK(r->executor != NULL); /* the new attempt's */
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{\"refund_id\":\"re_1\"}",
+                             20, NULL),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  idem_step_free(s);
+  if ((r = record(g, "tp2", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_SUCCEEDED);
+    CHECK_INT(r->attempts, 2);
+    CHECK(r->executor == NULL);
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_step_attempt_ended(NULL), IDEM_MISUSE);
+
+  /* idem_guard_late(UNKNOWN): the attempt ended without a verdict - it
+  ** clears the executor only under the attempt's own token */
+  c.session = "tp3";
+  token = left_unknown(g, &c, 0);
+  CHECK_INT(idem_guard_late(g, "tp3", "c1", token + 1, IDEM_OUTCOME_UNKNOWN,
+                            NULL, 0, "connection reset"),
+            IDEM_OK);
+  if ((r = record(g, "tp3", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor != NULL);
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_guard_late(g, "tp3", "c1", token, IDEM_OUTCOME_UNKNOWN, NULL,
+                            0, "connection reset"),
+            IDEM_OK);
+  if ((r = record(g, "tp3", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor == NULL);
+    CHECK_INT(r->token, token);
+    CHECK_STR(r->error, "connection reset");
+  }
+  idem_record_free(r);
+  /* now the resume's check that finds nothing runs it again, same key */
+  s = NULL;
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_step_attempt(s), 2);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{}", 2, NULL), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  idem_step_free(s);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* Attempt 1 timed out, settle_ms (0) passed, the check found nothing:
+** attempt 2 runs.  A late word from attempt 1, under attempt 1's token (it
+** ended without a verdict, or it certainly did not apply), speaks for
+** attempt 1 only: attempt 2 is still running and may land, so the action
+** stays pending with attempt 2's executor, an identical call meanwhile must
+** not run, and attempt 2's result is its outcome. */
+static void late_word_case(const char *sess, int outcome) {
+  idem_policy *p = late_policy(100, 2, 0, 0, 1);
+  idem_guard *g = open_guard(p);
+  idem_call c = {sess, "c1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c2 = {sess, "c2", "refund_payment", ARGS, strlen(ARGS)};
+  idem_step *s = timed_out(g, &c, 0), *s2 = NULL;
+  idem_record *r;
+  long long token = idem_step_token(s);
+  int steps = 0;
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  sleep_ms(150); /* past the deadline + settle_ms */
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE); /* attempt 2 starts */
+  CHECK_INT(idem_step_attempt(s), 2);
+  /* attempt 1's late word */
+  CHECK_INT(idem_guard_late(g, sess, "c1", token, outcome, NULL, 0,
+                            "connection reset"),
+            IDEM_OK);
+  if ((r = record(g, sess, "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_PENDING);
+    CHECK(r->executor != NULL);
+  }
+  idem_record_free(r);
+  /* the model re-issues it: attempt 2 may land, so c2 must not run */
+  CHECK_INT(idem_guard_begin(g, &c2, &s2), IDEM_OK);
+  while (idem_step_next(s2) != IDEM_NEXT_ANSWER &&
+         idem_step_next(s2) != IDEM_NEXT_EXECUTE && ++steps < 200) {
+    if (idem_step_next(s2) == IDEM_NEXT_CHECK)
+      CHECK_INT(idem_step_resolve(s2, IDEM_OUTCOME_NOT_APPLIED, NULL, 0),
+                IDEM_OK);
+    else {
+      sleep_ms((int)idem_step_delay_ms(s2));
+      CHECK_INT(idem_step_poll(s2), IDEM_OK);
+    }
+  }
+  if (idem_step_next(s2) == IDEM_NEXT_EXECUTE)
+    fprintf(stderr, "%s: c2 executes while c1's attempt 2 may land\n", sess);
+  CHECK_INT(idem_step_next(s2), IDEM_NEXT_ANSWER);
+  idem_step_free(s2);
+  /* attempt 2 lands */
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{\"refund_id\":\"re_2\"}",
+                             20, NULL),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  idem_step_free(s);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+static void test_late_word_of_an_older_attempt(void) {
+  late_word_case("lw_unknown", IDEM_OUTCOME_UNKNOWN);
+  late_word_case("lw_not_applied", IDEM_OUTCOME_NOT_APPLIED);
+}
+
+/* idem recover and idem recover --batch: "not applied" while an attempt
+** may still land changes nothing. */
+static void test_recover_inflight(void) {
+  idem_policy *p = policy(REFUND_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_call c = {"rc1", "c1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_settlement v[2];
+  idem_step *s = NULL;
+  idem_record *r;
+  const char *env;
+  size_t len;
+  long long t1, t3;
+
+  t1 = left_unknown(g, &c, 0); /* rc1: may still land */
+  c.session = "rc2";
+  left_unknown(g, &c, 1); /* rc2: its attempt ended */
+  c.session = "rc3";
+  t3 = left_unknown(g, &c, 1); /* rc3: its attempt ended */
+
+  /* recover + NOT_APPLIED on the action in flight: stays in doubt */
+  CHECK_INT(idem_guard_recover(g, "rc1", "c1", &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER);
+  CHECK(idem_step_answer(s) == IDEM_ANSWER_IN_PROGRESS ||
+        idem_step_answer(s) == IDEM_ANSWER_OUTCOME_UNKNOWN);
+  env = idem_step_envelope(s, &len);
+  HASNT(env, "did not take effect");
+  HASNT(env, "safe to call");
+  idem_step_free(s);
+  s = NULL;
+  if ((r = record(g, "rc1", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor != NULL);
+    CHECK_INT(r->resolution, IDEM_RESOLVED_NONE);
+    t1 = r->token;
+  }
+  idem_record_free(r);
+  /* ... and on the one whose attempt ended: not applied (the control) */
+  CHECK_INT(idem_guard_recover(g, "rc2", "c1", &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_FAILED);
+  idem_step_free(s);
+  s = NULL;
+  if ((r = record(g, "rc2", "c1")) != NULL)
+    CHECK_INT(r->state, IDEM_STATE_NOT_APPLIED);
+  idem_record_free(r);
+
+  /* settle_many: NOT_APPLIED on the one in flight is IDEM_STALE and
+  ** changes nothing; on the ended one it settles */
+  memset(v, 0, sizeof v);
+  v[0].session = "rc1";
+  v[0].call_id = "c1";
+  v[0].token = t1;
+  v[0].outcome = IDEM_OUTCOME_NOT_APPLIED;
+  v[1].session = "rc3";
+  v[1].call_id = "c1";
+  v[1].token = t3;
+  v[1].outcome = IDEM_OUTCOME_NOT_APPLIED;
+  v[0].rc = v[1].rc = -1;
+  CHECK_INT(idem_guard_settle_many(g, v, 2), IDEM_OK);
+  CHECK_INT(v[0].rc, IDEM_STALE);
+  CHECK_INT(v[1].rc, IDEM_OK);
+  if ((r = record(g, "rc1", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK_INT(r->token, t1);
+    CHECK(r->executor != NULL);
+    CHECK_INT(r->resolution, IDEM_RESOLVED_NONE);
+  }
+  idem_record_free(r);
+  if ((r = record(g, "rc3", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_NOT_APPLIED);
+    CHECK_INT(r->resolution, IDEM_RESOLVED_RECONCILED);
+  }
+  idem_record_free(r);
+  /* a rejection reads as not applied: the same */
+  CHECK_INT(idem_guard_settle(g, "rc1", "c1", t1, IDEM_OUTCOME_REJECTED, NULL,
+                              0),
+            IDEM_STALE);
+  /* applied settles it, in flight or not */
+  CHECK_INT(idem_guard_settle(g, "rc1", "c1", t1, IDEM_OUTCOME_APPLIED,
+                              "{\"refund_id\":\"re_1\"}", 20),
+            IDEM_OK);
+  if ((r = record(g, "rc1", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_SUCCEEDED);
+    CHECK(r->executor == NULL);
+  }
+  idem_record_free(r);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* The fence: an identical call under a new call id checks the earlier
+** action; "not applied" while the earlier attempt may land answers
+** outcome_unknown naming it, and runs nothing. */
+static void test_fence_inflight(void) {
+  idem_policy *p = policy(REFUND_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_call c1 = {"fe1", "c1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c2 = {"fe1", "c2", "refund_payment", ARGS, strlen(ARGS)};
+  idem_step *s = NULL;
+  idem_record *r;
+  const char *env;
+  char key1[300] = "";
+  size_t len;
+
+  left_unknown(g, &c1, 0);
+  if ((r = record(g, "fe1", "c1")) != NULL)
+    snprintf(key1, sizeof key1, "%s", r->key);
+  idem_record_free(r);
+  CHECK_INT(idem_guard_begin(g, &c2, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_STR(idem_step_check_key(s), key1); /* the earlier action's */
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER); /* nothing runs */
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  env = idem_step_envelope(s, &len);
+  HAS(env, "\"duplicate_of\":\"c1\"");
+  HASNT(env, "safe to call");
+  idem_step_free(s);
+  s = NULL;
+  if ((r = record(g, "fe1", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor != NULL);
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_guard_record(g, "fe1", "c2", &r), IDEM_NOTFOUND);
+  idem_record_free(r);
+  r = NULL;
+
+  /* the control: the earlier attempt ended - not applied, c2 runs */
+  c1.session = c2.session = "fe2";
+  left_unknown(g, &c1, 1);
+  CHECK_INT(idem_guard_begin(g, &c2, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK(strstr(idem_step_key(s), ":c2:") != NULL);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{}", 2, NULL), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  idem_step_free(s);
+  if ((r = record(g, "fe2", "c1")) != NULL)
+    CHECK_INT(r->state, IDEM_STATE_NOT_APPLIED);
+  idem_record_free(r);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_guard DIR\n");
@@ -559,6 +1201,13 @@ int main(int argc, char **argv) {
   test_races();
   test_two_phase();
   test_retry_after_doubt();
+  test_late_landing();
+  test_late_settle_zero();
+  test_late_settle_small();
+  test_two_phase_inflight();
+  test_late_word_of_an_older_attempt();
+  test_recover_inflight();
+  test_fence_inflight();
   test_bad_log();
   return check_done();
 }
