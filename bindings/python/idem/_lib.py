@@ -93,7 +93,10 @@ class Record(ctypes.Structure):
                 ("result", c_char_p), ("error", c_char_p),
                 ("created", c_longlong), ("updated", c_longlong),
                 ("expires", c_longlong), ("resolution", c_int),
-                ("delivered", c_longlong), ("duplicate_of", c_char_p)]
+                ("delivered", c_longlong), ("duplicate_of", c_char_p),
+                # the attempt that may still be running (SPEC 6a)
+                ("executor", c_char_p), ("pgid", c_longlong),
+                ("settle_from", c_longlong)]
 
 
 # int run(void *ctx, const char *key, const char *args, size_t args_len,

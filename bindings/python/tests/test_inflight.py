@@ -10,6 +10,7 @@ call id, or a new one) runs nothing, the late landing is recorded, and
 there is exactly one refund.  Every case counts refunds in the provider's
 ledger, which does not dedupe on the key."""
 import threading
+import os
 import time
 import unittest
 
@@ -95,6 +96,10 @@ class InFlight(LogTest):
         self.assertEqual(p.calls(), 1)
         rec = g.record("sess", "toolu_1")
         self.assertEqual(rec["state"], "in_doubt")
+        # this process runs the attempt: it may still land
+        self.assertEqual(rec["executor"].split(":")[1], str(os.getpid()))
+        self.assertEqual(rec["pgid"], 0)
+        self.assertGreater(rec["settle_from"], 0)
         # the same call again while it hangs: the executor is at work
         env = tool("sess", "toolu_1", ARGS)
         self.assertEqual(env.status, "in_progress", env)
@@ -113,6 +118,7 @@ class InFlight(LogTest):
             lambda: g.record("sess", "toolu_1")["state"] == "succeeded"))
         rec = g.record("sess", "toolu_1")
         self.assertEqual(rec["resolution"], "late")
+        self.assertIsNone(rec["executor"])  # it ended
         self.assertEqual(rec["result"]["refund_id"], "re_1")
         # the re-issue before the model was told: already applied
         env = tool("sess", "toolu_2", ARGS)
