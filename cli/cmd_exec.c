@@ -86,6 +86,7 @@ static void codes_arg(char *buf, size_t n, const idem__tool_rule *r) {
 
 typedef struct exec_ctx {
   const char *log;
+  const char *front; /* our owner id: the runner hands the lease back */
   char **command;
   int ncommand;
   const idem_call *call;
@@ -137,6 +138,8 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
   argv[k++] = timeout;
   argv[k++] = (char *)"--settle";
   argv[k++] = settle;
+  argv[k++] = (char *)"--front";
+  argv[k++] = (char *)(uintptr_t)x->front;
   argv[k++] = (char *)"--";
   for (int i = 0; i < x->ncommand; i++) argv[k++] = x->command[i];
   if (cli_env_build(&env, idem_step_key(s), call->session, call->call_id,
@@ -349,6 +352,7 @@ int cmd_exec(int argc, char **argv) {
   }
   x.call = &call;
   x.rule = rule;
+  x.front = idem__guard_owner(g);
   memset(&d, 0, sizeof d);
   d.execute = attempt;
   d.ctx = &x;

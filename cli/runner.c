@@ -28,7 +28,9 @@
 **      settle_ms in the policy it kills what is left of the command's
 **      group when the deadline plus settle_ms has passed: the policy says
 **      nothing of it can land after that, and the runner makes it so.
-**   6. When the command exits it answers the front end on stdout,
+**   6. When the command exits it hands the lease back to the front end
+**      (which records the outcome: the action must not wait under a runner
+**      that is gone meanwhile) and answers it on stdout,
 **      "OUTCOME ENDED\nERROR\nRESULT" - ENDED is 1 when the command's
 **      process group is empty, so nothing of the attempt can still run.
 **      If nobody reads that any more, it records the result in the log
@@ -210,6 +212,7 @@ static int reap(const cmd *c, int *status) {
 
 typedef struct run_args {
   const char *log, *session, *call;
+  const char *front; /* the front end's owner id: the lease goes back */
   long long token, lease_ms, timeout_ms, settle_ms;
   idem__tool_rule rule; /* exit codes */
 } run_args;
@@ -274,7 +277,7 @@ static void run(const run_args *a, char **argv, const char *input,
   }
   if ((rc = idem_guard_open(a->log, NULL, &g)) == IDEM_OK)
     rc = idem__runner_lease(g, a->session, a->call, a->token, a->lease_ms,
-                            (long long)c.pid, a->timeout_ms);
+                            (long long)c.pid, a->timeout_ms, NULL);
   if (rc != IDEM_OK) {
     /* the command never ran: nothing was sent */
     cmd_kill(&c);
@@ -315,7 +318,7 @@ static void run(const run_args *a, char **argv, const char *input,
     }
     if (now >= next_renew) {
       if (idem__runner_lease(g, a->session, a->call, a->token, a->lease_ms, 0,
-                             0) == IDEM_STALE)
+                             0, NULL) == IDEM_STALE)
         next_renew = LLONG_MAX; /* someone took it over: stop renewing */
       else
         next_renew = now + a->lease_ms / 3;
@@ -415,6 +418,11 @@ static void run(const run_args *a, char **argv, const char *input,
   /* ended: nothing of the command can still run */
   reap(&c, &status);
   ended = idem__group_empty((long long)c.pid);
+  /* the front end records what we answer: the lease goes back to it
+  ** first, so the action never waits under a runner that is gone */
+  if (a->front)
+    idem__runner_lease(g, a->session, a->call, a->token, a->lease_ms, 0, 0,
+                       a->front);
   report(a, g, outcome, ended, error, result);
   free(result);
   free(res.out);
@@ -434,6 +442,7 @@ int cmd_run(int argc, char **argv) {
       {"lease", required_argument, NULL, 'l'},
       {"timeout", required_argument, NULL, 'T'},
       {"settle", required_argument, NULL, 'S'},
+      {"front", required_argument, NULL, 'F'},
       {NULL, 0, NULL, 0}};
   run_args a;
   char *input = NULL;
@@ -455,6 +464,7 @@ int cmd_run(int argc, char **argv) {
     case 'l': a.lease_ms = strtoll(optarg, NULL, 10); break;
     case 'T': a.timeout_ms = strtoll(optarg, NULL, 10); break;
     case 'S': a.settle_ms = strtoll(optarg, NULL, 10); break;
+    case 'F': a.front = optarg; break;
     case 'C':
       if (parse_codes(optarg, &a.rule)) return EXIT_USAGE;
       break;

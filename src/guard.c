@@ -273,8 +273,11 @@ static const char *check_hint(idem_step *s, char *buf, size_t n) {
   return buf;
 }
 
+static void note_fenced(idem_step *s, const char *whose);
+
 static int answer_unknown(idem_step *s, const char *whose) {
   char hint[512];
+  if (whose) note_fenced(s, whose);
   if (whose)
     return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, 0, NULL, whose,
                   "An identical %s call (call id %s) is unresolved: it is not "
@@ -300,6 +303,7 @@ static int answer_pending_landing(idem_step *s, const idem_record *r,
                   "Do not call it again with a new call id; repeat this same "
                   "call later to get its outcome.",
                   s->tool);
+  if (whose) note_fenced(s, whose);
   if (whose)
     return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, 0, NULL, whose,
                   "An identical %s call (call id %s) has not finished: it "
@@ -360,6 +364,26 @@ static void fill_record(idem_step *s, idem_record *r, long long now) {
   r->expires = now + s->rule->retention_s * 1000;
 }
 
+/* A new call that the fence held back - answered outcome_unknown or
+** in_progress, naming the earlier call whose - is recorded: not_applied
+** (it never ran), fenced by whose.  Its replay then meets the fence as of
+** its first issue, instead of counting as a new decision once whose's
+** outcome has been told (the harness resuming the turn of a re-issue).
+** Best effort: without the record the answer stays honest. */
+static void note_fenced(idem_step *s, const char *whose) {
+  idem_record rec, *found = NULL;
+  int what = 0;
+  fill_record(s, &rec, now_ms(s));
+  rec.state = IDEM_STATE_NOT_APPLIED;
+  rec.owner = NULL;
+  rec.lease_until = 0;
+  rec.executor = NULL;
+  rec.settle_from = 0;
+  rec.duplicate_of = (char *)(uintptr_t)whose;
+  if (s->g->st->vt->insert(s->g->st, &rec, &what, &found) == IDEM_OK)
+    idem_record_free(found); /* FOUND: its record is there already */
+}
+
 /* A compare-and-set on a record: of this call by default. */
 static void change_init(idem_step *s, idem__change *ch, const idem_record *r) {
   memset(ch, 0, sizeof *ch);
@@ -407,9 +431,13 @@ static idem_record *apply(idem_step *s, const idem__change *ch, int *rc) {
 }
 
 /* ch starts a new attempt: its executor is this process (or the runner
-** that will hand itself in), its deadline delay + timeout_ms from now. */
-static void new_attempt(idem_step *s, idem__change *ch, long long delay) {
-  ch->exec_set = IDEM__EXEC_SET;
+** that will hand itself in), its deadline delay + timeout_ms from now.
+** When an earlier attempt of prev (the record now) may still land - a
+** retry under a provider that dedupes - both are in flight: the record
+** says so (IDEM__EXEC_MULTI), and only a check or settle_ms settles it. */
+static void new_attempt(idem_step *s, idem__change *ch, long long delay,
+                        const idem_record *prev) {
+  ch->exec_set = prev && may_land(s, prev) ? IDEM__EXEC_MULTI : IDEM__EXEC_SET;
   ch->executor = s->g->defer_start ? NULL : s->g->owner;
   ch->pgid = s->g->defer_start ? 0 : s->g->pgid;
   ch->settle_from = now_ms(s) + delay + s->rule->timeout_ms;
@@ -421,8 +449,11 @@ static void new_attempt(idem_step *s, idem__change *ch, long long delay) {
 ** word from the earlier one cannot settle this one. */
 static int repend(idem_step *s, int from_state, long long delay) {
   idem__change ch;
-  idem_record *now = NULL;
+  idem_record *now = NULL, *prev = NULL;
   int rc;
+  if (from_state == IDEM_STATE_IN_DOUBT &&
+      (rc = s->g->st->vt->get(s->g->st, s->session, s->call_id, &prev)))
+    return store_fail(s->g, rc);
   change_init(s, &ch, NULL);
   ch.from = BIT(from_state);
   ch.expect_token = s->token;
@@ -431,7 +462,8 @@ static int repend(idem_step *s, int from_state, long long delay) {
   ch.take_lease = IDEM__LEASE_TAKE;
   ch.owner = s->g->owner;
   ch.lease_until = now_ms(s) + idem__lease_ms(s->rule);
-  new_attempt(s, &ch, delay);
+  new_attempt(s, &ch, delay, prev);
+  idem_record_free(prev);
   if (!(now = apply(s, &ch, &rc))) return rc;
   s->token = now->token;
   idem_record_free(now);
@@ -454,7 +486,7 @@ static void lease_change(idem_step *s, idem__change *ch, const idem_record *r,
   ch->lease_until = now + idem__lease_ms(s->rule);
   ch->durable = durable;
   if (state == IDEM_STATE_PENDING)
-    new_attempt(s, ch, 0); /* we execute next */
+    new_attempt(s, ch, 0, NULL); /* we execute next: nothing can land */
   else if (r->executor && !executor_live(r, now))
     ch->settle_cap = now; /* its executor's death is seen now (§6a) */
 }
@@ -572,6 +604,7 @@ static int wait_or(idem_step *s, const char *whose) {
     s->delay_ms = POLL_MS;
     return IDEM_OK;
   }
+  if (whose) note_fenced(s, whose);
   if (whose)
     return answer(s, IDEM_ANSWER_IN_PROGRESS, 0, 0, NULL, whose,
                   "An identical %s call (call id %s) is still running, so "
@@ -1013,7 +1046,17 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
   ch.expect_token = token;
   ch.exec_set = IDEM__EXEC_CLEAR; /* the attempt has ended */
+  if (outcome == IDEM_OUTCOME_NOT_APPLIED || outcome == IDEM_OUTCOME_REJECTED) {
+    /* a word of one attempt, while another may still land, says nothing
+    ** of the action */
+    idem_record *r = NULL;
+    if (g->st->vt->get(g->st, session, call_id, &r) == IDEM_OK && r->executor &&
+        strstr(r->executor, ":multi"))
+      outcome = IDEM_OUTCOME_UNKNOWN;
+    idem_record_free(r);
+  }
   if (outcome == IDEM_OUTCOME_UNKNOWN) {
+    ch.exec_set = IDEM__EXEC_ENDED;
     /* it ended without a verdict: still in doubt, but nothing of it can
     ** land any more - only the attempt under our token, never another */
     ch.state = IDEM_STATE_IN_DOUBT;
@@ -1216,9 +1259,11 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     return gfail(IDEM_MISUSE, "finish without an EXECUTE step");
   }
   idem__crash_point("after_downstream_return");
-  /* A retry that did not take effect (refused, rate-limited) tells nothing
-  ** of the earlier attempt it repeats, which may have: still in doubt. */
-  if (s->doubted && outcome == IDEM_OUTCOME_NOT_APPLIED)
+  /* A retry that did not take effect (refused, rate-limited, rejected)
+  ** tells nothing of the earlier attempt it repeats, which may have: still
+  ** in doubt. */
+  if (s->doubted && (outcome == IDEM_OUTCOME_NOT_APPLIED ||
+                     outcome == IDEM_OUTCOME_REJECTED))
     outcome = IDEM_OUTCOME_UNKNOWN;
   state = outcome == IDEM_OUTCOME_APPLIED       ? IDEM_STATE_SUCCEEDED
           : outcome == IDEM_OUTCOME_REJECTED    ? IDEM_STATE_FAILED
@@ -1234,7 +1279,10 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   if (state != IDEM_STATE_IN_DOUBT) ch.resolution = IDEM_RESOLVED_EXECUTED;
   /* an attempt that answered, or is known to have ended, cannot land
   ** later; one that did not answer in time may (its executor stays) */
-  if (state != IDEM_STATE_IN_DOUBT || s->ended) ch.exec_set = IDEM__EXEC_CLEAR;
+  if (state != IDEM_STATE_IN_DOUBT)
+    ch.exec_set = IDEM__EXEC_CLEAR;
+  else if (s->ended)
+    ch.exec_set = IDEM__EXEC_ENDED; /* unless another attempt may land */
   if (s->auto_deliver &&
       (state == IDEM_STATE_SUCCEEDED || state == IDEM_STATE_FAILED)) {
     /* the synchronous API hands the answer over at once: record the
@@ -1292,9 +1340,13 @@ void idem__guard_set_pgid(idem_guard *g, long long pgid) {
   if (g && g->magic == GUARD_MAGIC) g->pgid = -pgid; /* shared: see idem.h */
 }
 
+const char *idem__guard_owner(const idem_guard *g) {
+  return g && g->magic == GUARD_MAGIC ? g->owner : NULL;
+}
+
 int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
                        long long token, long long lease_ms, long long pgid,
-                       long long timeout_ms) {
+                       long long timeout_ms, const char *owner) {
   idem__change ch;
   long long now = 0;
   int rc;
@@ -1306,12 +1358,12 @@ int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
   ch.expect_token = token;
   ch.delivered = -1;
   ch.take_lease = IDEM__LEASE_HAND;
-  ch.owner = g->owner;
+  ch.owner = owner ? owner : g->owner;
   ch.lease_until = now + lease_ms;
   ch.from = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_IN_DOUBT);
   if (pgid > 0) { /* the hand-over, before the command starts */
     ch.from = BIT(IDEM_STATE_PENDING);
-    ch.exec_set = IDEM__EXEC_SET;
+    ch.exec_set = IDEM__EXEC_ADOPT; /* a retry's earlier attempt stays */
     ch.executor = g->owner;
     ch.pgid = pgid;
     ch.settle_from = now + timeout_ms;

@@ -300,11 +300,19 @@ typedef struct idem__change {
   int resolution;      /* 0: keep                                    */
   long long delivered; /* when the model was told; -1: keep */
   int durable;         /* synced before return (else a later sync)   */
-  /* The attempt that may still be running (SPEC §6a): exec_set
-  ** IDEM__EXEC_SET sets executor, pgid and settle_from; IDEM__EXEC_CLEAR
-  ** clears executor and pgid (nothing of it can run any more).
-  ** settle_cap > 0 lowers settle_from to it while an executor is set (its
-  ** death was seen then). */
+  /* The attempt that may still be running (SPEC §6a), exec_set:
+  **   IDEM__EXEC_SET    executor, pgid and settle_from as given;
+  **   IDEM__EXEC_CLEAR  no executor, pgid 0: nothing of it can run;
+  **   IDEM__EXEC_ADOPT  a runner's hand-over: as SET when no executor is
+  **                     set, else keep them and raise settle_from;
+  **   IDEM__EXEC_MULTI  a retry while an earlier attempt may still land
+  **                     (a provider that dedupes): the executor is marked
+  **                     ":multi" and pgid 0, settle_from raised - from now
+  **                     on only a status check or settle_ms settles it;
+  **   IDEM__EXEC_ENDED  the reporting attempt ended: as CLEAR, unless
+  **                     :multi (another attempt may still land).
+  ** settle_cap > 0 lowers settle_from to it while a (single) executor is
+  ** set (its death was seen then). */
   int exec_set;
   const char *executor;
   long long pgid;
@@ -314,7 +322,13 @@ typedef struct idem__change {
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };
-enum { IDEM__EXEC_SET = 1, IDEM__EXEC_CLEAR = 2 };
+enum {
+  IDEM__EXEC_SET = 1,
+  IDEM__EXEC_CLEAR = 2,
+  IDEM__EXEC_ADOPT = 3,
+  IDEM__EXEC_MULTI = 4,
+  IDEM__EXEC_ENDED = 5
+};
 
 /* What to list. */
 typedef struct idem__filter {
@@ -458,12 +472,17 @@ long long idem__lease_ms(const idem__tool_rule *r);
 /* The lease of a runner on the action it runs under token.  pgid > 0:
 ** the hand-over - the runner becomes the pending action's executor and
 ** lease holder, with the command's process group, durably, before the
-** command starts; pgid 0: a renewal while the command runs.  IDEM_STALE
-** when another owner took the action over (then start nothing / stop
+** command starts; pgid 0: a renewal while the command runs, or with owner
+** set, the lease handed back to that owner (the front end, before the
+** runner answers it and exits: the record is never left pending under a
+** runner that is gone while its result is on its way).  IDEM_STALE when
+** another owner took the action over (then start nothing / stop
 ** renewing). */
 int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
                        long long token, long long lease_ms, long long pgid,
-                       long long timeout_ms);
+                       long long timeout_ms, const char *owner);
+/* g's owner id ("host:pid:start"). */
+const char *idem__guard_owner(const idem_guard *g);
 /* idem_guard_late, saying whether the attempt has ended (an UNKNOWN result
 ** that has ended means nothing of the attempt can land any more). */
 int idem__guard_late_ex(idem_guard *g, const char *session,
