@@ -7,7 +7,9 @@
 ** through what makes agents refund twice: a refund that times out after
 ** the provider applied it, the transport's retry, the model re-issuing the
 ** call under a new call id, a harness killed mid-call and resumed, a
-** provider that crashes, and a legitimate second refund.  Each step says
+** provider that crashes, a refund that lands after its timeout at a
+** provider that does not dedupe (SPEC §6a), and a legitimate second
+** refund.  Each step says
 ** what should happen and checks it; at the end the provider's own ledger
 ** is checked against what should have happened.  Exit 0 only when every
 ** step and the ledger match.
@@ -38,6 +40,7 @@ extern char **environ;
 
 #define SESSION "sess_demo"
 #define TOOL "refund_payment"
+#define LEGACY "legacy_refund" /* the same provider, without dedupe */
 
 typedef struct demo {
   char dir[PATH_MAX], self[PATH_MAX], paysim[2 * PATH_MAX];
@@ -199,15 +202,24 @@ static void sim_stop(demo *d) {
   }
 }
 
-/* POST /_mode: how the provider misbehaves on the next count refunds. */
-static int sim_mode(demo *d, const char *mode, int count) {
+/* POST /_mode: how the provider misbehaves on the next count refunds (0:
+** until changed); dedupe 0 or 1 turns its dedupe on the key off or on
+** (-1: as it is). */
+static int sim_mode_ex(demo *d, const char *mode, int count, int dedupe) {
   idem__http_rule h;
   cli_http_answer a;
   char url[64], body[128];
   int ok;
   memset(&h, 0, sizeof h);
   snprintf(url, sizeof url, "http://127.0.0.1:%d/_mode", d->port);
-  snprintf(body, sizeof body, "{\"mode\":\"%s\",\"count\":%d}", mode, count);
+  {
+    char cnt[32] = "";
+    if (count > 0) snprintf(cnt, sizeof cnt, ",\"count\":%d", count);
+    snprintf(body, sizeof body, "{\"mode\":\"%s\"%s%s}", mode, cnt,
+             dedupe < 0   ? ""
+             : dedupe > 0 ? ",\"dedupe\":true"
+                          : ",\"dedupe\":false");
+  }
   h.method = (char *)"POST";
   h.url = url;
   h.send_body = 1;
@@ -217,6 +229,10 @@ static int sim_mode(demo *d, const char *mode, int count) {
   if (!ok) cli_err("the simulator refused mode %s: %s", mode, a.error);
   cli_http_answer_free(&a);
   return ok ? 0 : -1;
+}
+
+static int sim_mode(demo *d, const char *mode, int count) {
+  return sim_mode_ex(d, mode, count, -1);
 }
 
 /* The provider's ledger: refunds of order (all when NULL), their amounts
@@ -272,8 +288,9 @@ static int run_idem(char *const *argv, char *const *envp, cli_run_result *res) {
 ** can be killed at a crash point).  Prints what idem did and what the
 ** model gets back; returns the envelope's status ("killed" when the child
 ** was killed), in buf. */
-static const char *harness(demo *d, const char *call_id, const char *args,
-                           const char *crash_at, char *buf, size_t n) {
+static const char *harness_tool(demo *d, const char *tool, const char *call_id,
+                                const char *args, const char *crash_at,
+                                char *buf, size_t n) {
   char *argv[] = {d->self,
                   (char *)"call",
                   (char *)"--verbose",
@@ -286,7 +303,7 @@ static const char *harness(demo *d, const char *call_id, const char *args,
                   (char *)"--call",
                   (char *)call_id,
                   (char *)"--tool",
-                  (char *)TOOL,
+                  (char *)tool,
                   (char *)"--args",
                   (char *)args,
                   NULL};
@@ -303,7 +320,7 @@ static const char *harness(demo *d, const char *call_id, const char *args,
     envp[ne] = crash;
   }
   printf("   %s$ idem call --session %s --call %s --tool %s --args '%s'%s%s\n",
-         d->d, SESSION, call_id, TOOL, args,
+         d->d, SESSION, call_id, tool, args,
          crash_at ? "   # IDEM_CRASH_AT=" : "", crash_at ? crash_at : "");
   printf("%s", d->n);
   fflush(stdout);
@@ -350,6 +367,11 @@ static const char *harness(demo *d, const char *call_id, const char *args,
   return buf;
 }
 
+static const char *harness(demo *d, const char *call_id, const char *args,
+                           const char *crash_at, char *buf, size_t n) {
+  return harness_tool(d, TOOL, call_id, args, crash_at, buf, n);
+}
+
 /* `idem recover` with the demo's log and policy; prints its answer. */
 static int recover(demo *d, char *out, size_t n) {
   char *argv[] = {d->self, (char *)"recover",  (char *)"--log",
@@ -388,6 +410,16 @@ static int write_policy(demo *d) {
       "                 \"arguments\": {\"order_id\": \"{order_id}\"},\n"
       "                 \"applied_when\": \"key_present\"}\n"
       "    },\n"
+      "    \"legacy_refund\": {\n"
+      "      \"class\": \"guarded\", \"timeout_ms\": 1000, \"retries\": 2,\n"
+      "      \"backoff_ms\": 100, \"provider_dedupes\": false,\n"
+      "      \"fence\": [\"order_id\"], \"reconcile_timeout_ms\": 2000,\n"
+      "      \"http\": {\"method\": \"POST\",\n"
+      "               \"url\": \"http://127.0.0.1:%d/v1/refunds\"},\n"
+      "      \"status\": {\"tool\": \"list_refunds\",\n"
+      "                 \"arguments\": {\"order_id\": \"{order_id}\"},\n"
+      "                 \"applied_when\": \"key_present\"}\n"
+      "    },\n"
       "    \"list_refunds\": {\n"
       "      \"class\": \"read_only\", \"timeout_ms\": 2000,\n"
       "      \"http\": {\"url\": "
@@ -395,7 +427,7 @@ static int write_policy(demo *d) {
       "    }\n"
       "  }\n"
       "}\n",
-      d->port, d->port);
+      d->port, d->port, d->port);
   return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -419,6 +451,9 @@ static void check_ledger(demo *d, const char *order, int want,
   "item\"}"
 #define A4                                                                     \
   "{\"order_id\":\"ord_1001\",\"amount_cents\":1000,\"reason\":\"goodwill\"}"
+#define A5                                                                     \
+  "{\"order_id\":\"ord_1004\",\"amount_cents\":3250,\"reason\":\"wrong "       \
+  "size\"}"
 
 static void story(demo *d) {
   char st[64], out[256];
@@ -511,19 +546,56 @@ static void story(demo *d) {
   check_ledger(d, "ord_1003", 1, "(still)");
 
   step(d,
-       "9. A genuinely new decision: a goodwill refund of 10.00 on "
-       "ord_1001, toolu_06.",
+       "9. A refund that lands after the timeout: order ord_1004 (32.50), "
+       "toolu_06.",
+       "This refund goes through legacy_refund, an endpoint of the provider "
+       "that ignores the Idempotency-Key, so a second attempt would be a "
+       "second refund (its policy says provider_dedupes false: no blind "
+       "retry). The provider holds the request past idem's deadline and "
+       "applies it only later. At the deadline the status check finds "
+       "nothing yet, which proves only that the refund has not landed YET: "
+       "idem does not send it again, and the model is told the outcome is "
+       "unknown.");
+  if (sim_mode_ex(d, "late", 1, 0)) d->failures++;
+  {
+    long long t0 = mono_ms();
+    int n = 0;
+    harness_tool(d, LEGACY, "toolu_06", A5, NULL, st, sizeof st);
+    expect(d, strcmp(st, "outcome_unknown") == 0,
+           "outcome_unknown, and nothing sent again (got %s)", st);
+    check_ledger(d, "ord_1004", 0, "(not yet: the provider still holds it)");
+    while (mono_ms() - t0 < 15000 &&
+           (n = ledger_count(d, "ord_1004", NULL, NULL, 0)) == 0)
+      idem__sleep_ms(50);
+    printf("   %.1f s after it was sent, the provider applies the held "
+           "refund.\n",
+           (double)(mono_ms() - t0) / 1000);
+    check_ledger(d, "ord_1004", 1, "(it landed after the timeout)");
+  }
+  wrap(3, "The model re-issues the refund under a new call id, toolu_07. "
+          "The fence: idem checks the earlier call with the provider first, "
+          "and it has landed now.");
+  harness_tool(d, LEGACY, "toolu_07", A5, NULL, st, sizeof st);
+  expect(d, strcmp(st, "already_applied") == 0,
+         "already_applied, not a second refund (got %s)", st);
+  check_ledger(d, "ord_1004", 1, "(still)");
+  if (sim_mode_ex(d, "normal", 0, 1)) d->failures++; /* dedupe again */
+
+  step(d,
+       "10. A genuinely new decision: a goodwill refund of 10.00 on "
+       "ord_1001, toolu_08.",
        "The model was told the first refund of ord_1001 succeeded (step 1), "
        "so a new refund of that order is a new decision, and it goes through.");
-  harness(d, "toolu_06", A4, NULL, st, sizeof st);
+  harness(d, "toolu_08", A4, NULL, st, sizeof st);
   expect(d, strcmp(st, "succeeded") == 0, "succeeded (got %s)", st);
   check_ledger(d, "ord_1001", 2, "(60.00 and 10.00)");
 
   printf("\n%sThe provider's ledger%s (%s)\n", d->b, d->n, d->ledger);
   total = ledger_count(d, NULL, &cents, &twice, 1);
-  expect(d, total == 4 && cents == 6000 + 4500 + 2599 + 1000 && twice == 0,
-         "%d refunds, %lld.%02lld in all, no key applied twice (want 4, "
-         "140.99)",
+  expect(d,
+         total == 5 && cents == 6000 + 4500 + 2599 + 3250 + 1000 && twice == 0,
+         "%d refunds, %lld.%02lld in all, no key applied twice (want 5, "
+         "173.49)",
          total, cents / 100, cents % 100);
 }
 

@@ -1,0 +1,68 @@
+#!/bin/bash
+# `idem demo`, the README's first command, as a test: it must end with every
+# step as expected (exit 0), and what it leaves behind (--keep) is checked
+# from the outside - the provider's ledger and the attempt log - with the
+# refund that lands after its timeout (step 9, SPEC §6a) looked at closely.
+#
+#   bash tests/demo_test.sh IDEM PAYSIM
+#
+# The last line is `N passed, M failed`; exit 1 when anything failed.
+set -u
+IDEM=${1:?usage: demo_test.sh IDEM PAYSIM}
+PAYSIM=${2:?usage: demo_test.sh IDEM PAYSIM}
+T=$(mktemp -d "${TMPDIR:-/tmp}/idem-demotest-XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+. "$(dirname "$0")/assert.sh"
+
+OUT=$(NO_COLOR=1 TMPDIR=$T "$IDEM" demo --keep --paysim "$PAYSIM" 2>&1)
+expect "demo exit" 0 "$?"
+has "every step" "$OUT" 'Every step as expected'
+hasnt "no mismatch" "$OUT" 'MISMATCH'
+DIR=$(printf '%s\n' "$OUT" | sed -n 's/^Files kept in //p')
+[ -d "$DIR" ] && ok || { bad "no kept directory in: $OUT"; DIR=$T/none; }
+
+# step 9: unknown at the deadline, not sent again, landed, re-issue deduped
+beat=$(printf '%s\n' "$OUT" | sed -n '/^9\. /,/^10\. /p')
+has "beat 9 told" "$beat" 'A refund that lands after the timeout'
+has "beat 9 timed out" "$beat" 'POST legacy_refund, attempt 1: outcome unknown'
+expect "beat 9 checked, nothing yet" 1 "$(printf '%s\n' "$beat" | grep -c 'status check list_refunds of key sess_demo:toolu_06:[0-9a-f]*: not applied')"
+hasnt "beat 9 not sent again" "$beat" 'legacy_refund, attempt 2'
+has "beat 9 unknown" "$beat" 'the model gets: outcome_unknown'
+has "beat 9 re-issue" "$beat" 'the model gets: already_applied'
+has "beat 9 landed" "$beat" 'has 1 refund for ord_1004 (it landed after the timeout)'
+
+# the provider's ledger, read here: one refund per decision, none twice
+ledger() {
+  python3 - "$DIR/ledger.jsonl" "$1" <<'PY'
+import json, sys, collections
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+what = sys.argv[2]
+if what == "twice":
+    c = collections.Counter(r["idempotency_key"] for r in rows)
+    print(" ".join(k for k, n in c.items() if n > 1))
+elif what == "all":
+    print(len(rows))
+else:
+    print(sum(r["order_id"] == what for r in rows))
+PY
+}
+expect "ledger ord_1001 (refund and goodwill)" 2 "$(ledger ord_1001)"
+expect "ledger ord_1002" 1 "$(ledger ord_1002)"
+expect "ledger ord_1003" 1 "$(ledger ord_1003)"
+expect "ledger ord_1004 (landed late, once)" 1 "$(ledger ord_1004)"
+expect "ledger total" 5 "$(ledger all)"
+expect "ledger: no key twice" "" "$(ledger twice)"
+
+# the attempt log agrees: toolu_06 settled by the status check (its attempt
+# was never repeated), toolu_07 a duplicate of it
+LOG=sqlite:$DIR/attempts.db
+r6=$("$IDEM" show --json --log "$LOG" sess_demo toolu_06)
+has "toolu_06 succeeded" "$r6" '"state":"succeeded"'
+has "toolu_06 reconciled" "$r6" '"resolution":"reconciled"'
+has "toolu_06 one attempt" "$r6" '"attempts":1'
+r7=$("$IDEM" show --json --log "$LOG" sess_demo toolu_07)
+has "toolu_07 deduplicated" "$r7" '"state":"deduplicated"'
+has "toolu_07 duplicate of toolu_06" "$r7" '"duplicate_of":"toolu_06"'
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
