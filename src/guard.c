@@ -13,28 +13,40 @@
 **              deduplicated -> replay.  pending under a live owner -> WAIT
 **              (bounded by wait_ms, then in_progress).  pending with a dead
 **              owner or an expired lease, or in_doubt -> take the lease
-**              over (the token grows) and RECONCILE.  not_applied -> take
-**              over durably and EXECUTE again with the same key.
+**              over (the token grows) and RECONCILE.  not_applied -> the
+**              fence first (a later call that repeated it and went ahead
+**              decides, as FENCE), else take over durably and EXECUTE
+**              again with the same key.
 **   FENCE      the earlier action is succeeded and not yet told -> record
 **              this call deduplicated, answer already_applied.  In flight
 **              -> WAIT, then look again.  In doubt -> take it over and
-**              CHECK it; applied -> already_applied; not applied -> release
-**              it and begin this call; unknown -> outcome_unknown naming it.
+**              CHECK it; applied -> already_applied; not applied and none
+**              of its attempts can still land -> release it and begin this
+**              call; else outcome_unknown naming it (and this call is
+**              recorded not_applied, fenced by it).
 **   EXECUTE    the caller calls downstream and reports the outcome: applied
 **              -> succeeded; rejected -> failed; not applied -> retry with
 **              backoff (durably pending again first); unknown -> in_doubt,
 **              then retry with the same key when the provider dedupes on
 **              it, else RECONCILE.
 **   RECONCILE  a status check when the policy names one (CHECK), else
-**              outcome_unknown.
+**              outcome_unknown.  "Not applied" proves only that no attempt
+**              has landed YET (SPEC §6a): it runs the action again only
+**              when no attempt can still land (may_land: the record's
+**              executor, pgid and settle_from), else the action stays in
+**              doubt - outcome_unknown, or in_progress on a resume while
+**              the executor lives.
 **
 ** Invariants.  No EXECUTE is handed out unless the store has durably
 ** recorded the action as pending with this step's token (begin, or a
 ** durable change).  Every write is a compare-and-set on state and token, so
 ** a step that lost its lease can only resolve an in_doubt record (a late
 ** result) and never overwrite a terminal one; a step that finds it lost a
-** race re-reads the record and decides again.  Crash points (SPEC §11) sit
-** at the four places where a crash leaves a different trace.
+** race re-reads the record and decides again.  Each attempt has a token of
+** its own, so a late word of an earlier attempt settles a later one only
+** when it says "applied".  A record never says "nothing can land" of an
+** action some attempt of which still may.  Crash points (SPEC §11) sit at
+** the four places where a crash leaves a different trace.
 */
 #define _GNU_SOURCE
 #include <errno.h>
