@@ -444,12 +444,10 @@ static idem_record *apply(idem_step *s, const idem__change *ch, int *rc) {
 
 /* ch starts a new attempt: its executor is this process (or the runner
 ** that will hand itself in), its deadline delay + timeout_ms from now.
-** When an earlier attempt of prev (the record now) may still land - a
-** retry under a provider that dedupes - both are in flight: the record
-** says so (IDEM__EXEC_MULTI), and only a check or settle_ms settles it. */
-static void new_attempt(idem_step *s, idem__change *ch, long long delay,
-                        const idem_record *prev) {
-  ch->exec_set = prev && may_land(s, prev) ? IDEM__EXEC_MULTI : IDEM__EXEC_SET;
+** (No attempt starts while an earlier one may still land, not even under
+** a provider that dedupes: the record tracks one attempt, exactly.) */
+static void new_attempt(idem_step *s, idem__change *ch, long long delay) {
+  ch->exec_set = IDEM__EXEC_SET;
   ch->executor = s->g->defer_start ? NULL : s->g->owner;
   ch->pgid = s->g->defer_start ? 0 : s->g->pgid;
   ch->settle_from = now_ms(s) + delay + s->rule->timeout_ms;
@@ -461,11 +459,8 @@ static void new_attempt(idem_step *s, idem__change *ch, long long delay,
 ** word from the earlier one cannot settle this one. */
 static int repend(idem_step *s, int from_state, long long delay) {
   idem__change ch;
-  idem_record *now = NULL, *prev = NULL;
+  idem_record *now = NULL;
   int rc;
-  if (from_state == IDEM_STATE_IN_DOUBT &&
-      (rc = s->g->st->vt->get(s->g->st, s->session, s->call_id, &prev)))
-    return store_fail(s->g, rc);
   change_init(s, &ch, NULL);
   ch.from = BIT(from_state);
   ch.expect_token = s->token;
@@ -474,8 +469,7 @@ static int repend(idem_step *s, int from_state, long long delay) {
   ch.take_lease = IDEM__LEASE_TAKE;
   ch.owner = s->g->owner;
   ch.lease_until = now_ms(s) + idem__lease_ms(s->rule);
-  new_attempt(s, &ch, delay, prev);
-  idem_record_free(prev);
+  new_attempt(s, &ch, delay);
   if (!(now = apply(s, &ch, &rc))) return rc;
   s->token = now->token;
   idem_record_free(now);
@@ -498,7 +492,7 @@ static void lease_change(idem_step *s, idem__change *ch, const idem_record *r,
   ch->lease_until = now + idem__lease_ms(s->rule);
   ch->durable = durable;
   if (state == IDEM_STATE_PENDING)
-    new_attempt(s, ch, 0, NULL); /* we execute next: nothing can land */
+    new_attempt(s, ch, 0); /* we execute next: nothing can land */
   else if (r->executor && !executor_live(r, now))
     ch->settle_cap = now; /* its executor's death is seen now (§6a) */
 }
@@ -585,7 +579,6 @@ static int build_check_args(idem_step *s, const char *args, size_t args_len,
 /* Our own action is in doubt and held by us (s->token): check, retry or
 ** answer unknown. */
 static int reconcile_own(idem_step *s, const idem_record *r) {
-  long long now = now_ms(s);
   s->attempt = r->attempts;
   if (has_check(s->rule)) {
     int rc = build_check_args(s, s->args, s->args_len, s->key);
@@ -595,9 +588,10 @@ static int reconcile_own(idem_step *s, const idem_record *r) {
     s->delay_ms = 0;
     return IDEM_OK;
   }
-  if (s->rule->provider_dedupes &&
-      r->created + s->rule->provider_key_ttl_s * 1000 > now &&
-      r->attempts < s->rule->retries + 1) {
+  /* the provider dedupes: the same key again is harmless - once the
+  ** attempt in doubt has ended (one attempt in flight at a time) */
+  if (dedupe_covers(s, r) && r->attempts < s->rule->retries + 1 &&
+      !may_land(s, r)) {
     s->attempt = r->attempts + 1;
     return repend(s, IDEM_STATE_IN_DOUBT, 0);
   }
@@ -1058,17 +1052,7 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
   ch.expect_token = token;
   ch.exec_set = IDEM__EXEC_CLEAR; /* the attempt has ended */
-  if (outcome == IDEM_OUTCOME_NOT_APPLIED || outcome == IDEM_OUTCOME_REJECTED) {
-    /* a word of one attempt, while another may still land, says nothing
-    ** of the action */
-    idem_record *r = NULL;
-    if (g->st->vt->get(g->st, session, call_id, &r) == IDEM_OK && r->executor &&
-        strstr(r->executor, ":multi"))
-      outcome = IDEM_OUTCOME_UNKNOWN;
-    idem_record_free(r);
-  }
   if (outcome == IDEM_OUTCOME_UNKNOWN) {
-    ch.exec_set = IDEM__EXEC_ENDED;
     /* it ended without a verdict: still in doubt, but nothing of it can
     ** land any more - only the attempt under our token, never another */
     ch.state = IDEM_STATE_IN_DOUBT;
@@ -1275,8 +1259,10 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   ** tells nothing of the earlier attempt it repeats, which may have: still
   ** in doubt. */
   if (s->doubted && (outcome == IDEM_OUTCOME_NOT_APPLIED ||
-                     outcome == IDEM_OUTCOME_REJECTED))
+                     outcome == IDEM_OUTCOME_REJECTED)) {
     outcome = IDEM_OUTCOME_UNKNOWN;
+    s->ended = 1; /* the retry itself was answered */
+  }
   state = outcome == IDEM_OUTCOME_APPLIED       ? IDEM_STATE_SUCCEEDED
           : outcome == IDEM_OUTCOME_REJECTED    ? IDEM_STATE_FAILED
           : outcome == IDEM_OUTCOME_NOT_APPLIED ? IDEM_STATE_NOT_APPLIED
@@ -1291,10 +1277,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   if (state != IDEM_STATE_IN_DOUBT) ch.resolution = IDEM_RESOLVED_EXECUTED;
   /* an attempt that answered, or is known to have ended, cannot land
   ** later; one that did not answer in time may (its executor stays) */
-  if (state != IDEM_STATE_IN_DOUBT)
-    ch.exec_set = IDEM__EXEC_CLEAR;
-  else if (s->ended)
-    ch.exec_set = IDEM__EXEC_ENDED; /* unless another attempt may land */
+  if (state != IDEM_STATE_IN_DOUBT || s->ended) ch.exec_set = IDEM__EXEC_CLEAR;
   if (s->auto_deliver &&
       (state == IDEM_STATE_SUCCEEDED || state == IDEM_STATE_FAILED)) {
     /* the synchronous API hands the answer over at once: record the
@@ -1326,8 +1309,12 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     break;
   default: /* IDEM_STATE_IN_DOUBT */
     s->late_ok = 1;
-    if (s->rule->provider_dedupes && now->attempts < s->rule->retries + 1 &&
-        now->created + s->rule->provider_key_ttl_s * 1000 > now_ms(s)) {
+    /* the provider dedupes: retry with the same key at once - when this
+    ** attempt has ended (an answer we cannot read, a 5xx, a 409); one that
+    ** may still land is reconciled instead, so that the record tracks the
+    ** one attempt in flight exactly */
+    if (dedupe_covers(s, now) && now->attempts < s->rule->retries + 1 &&
+        !may_land(s, now)) {
       s->attempt = now->attempts + 1;
       s->doubted = 1;
       rc = repend(s, IDEM_STATE_IN_DOUBT, backoff(s->rule, now->attempts));
@@ -1375,7 +1362,7 @@ int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
   ch.from = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_IN_DOUBT);
   if (pgid > 0) { /* the hand-over, before the command starts */
     ch.from = BIT(IDEM_STATE_PENDING);
-    ch.exec_set = IDEM__EXEC_ADOPT; /* a retry's earlier attempt stays */
+    ch.exec_set = IDEM__EXEC_SET;
     ch.executor = g->owner;
     ch.pgid = pgid;
     ch.settle_from = now + timeout_ms;
@@ -1421,9 +1408,7 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
       return rc == IDEM_NOTFOUND ? gfail(rc, "the record is gone")
                                  : store_fail(s->g, rc);
     }
-    if (cur->state == IDEM_STATE_IN_DOUBT && may_land(s, cur) &&
-        (e || s->recover || !dedupe_covers(s, cur) ||
-         s->attempt >= s->rule->retries + 1)) {
+    if (cur->state == IDEM_STATE_IN_DOUBT && may_land(s, cur)) {
       idem__free(res);
       rc = answer_pending_landing(s, cur, e ? e->call_id : NULL);
       idem_record_free(cur);

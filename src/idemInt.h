@@ -300,19 +300,12 @@ typedef struct idem__change {
   int resolution;      /* 0: keep                                    */
   long long delivered; /* when the model was told; -1: keep */
   int durable;         /* synced before return (else a later sync)   */
-  /* The attempt that may still be running (SPEC §6a), exec_set:
-  **   IDEM__EXEC_SET    executor, pgid and settle_from as given;
-  **   IDEM__EXEC_CLEAR  no executor, pgid 0: nothing of it can run;
-  **   IDEM__EXEC_ADOPT  a runner's hand-over: as SET when no executor is
-  **                     set, else keep them and raise settle_from;
-  **   IDEM__EXEC_MULTI  a retry while an earlier attempt may still land
-  **                     (a provider that dedupes): the executor is marked
-  **                     ":multi" and pgid 0, settle_from raised - from now
-  **                     on only a status check or settle_ms settles it;
-  **   IDEM__EXEC_ENDED  the reporting attempt ended: as CLEAR, unless
-  **                     :multi (another attempt may still land).
-  ** settle_cap > 0 lowers settle_from to it while a (single) executor is
-  ** set (its death was seen then). */
+  /* The attempt that may still be running (SPEC §6a): exec_set
+  ** IDEM__EXEC_SET sets executor, pgid and settle_from; IDEM__EXEC_CLEAR
+  ** clears executor and pgid (nothing of it can run any more).
+  ** settle_cap > 0 lowers settle_from to it while an executor is set (its
+  ** death was seen then).  There is one such attempt at most: the guard
+  ** starts no attempt while an earlier one may still land. */
   int exec_set;
   const char *executor;
   long long pgid;
@@ -322,13 +315,7 @@ typedef struct idem__change {
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };
-enum {
-  IDEM__EXEC_SET = 1,
-  IDEM__EXEC_CLEAR = 2,
-  IDEM__EXEC_ADOPT = 3,
-  IDEM__EXEC_MULTI = 4,
-  IDEM__EXEC_ENDED = 5
-};
+enum { IDEM__EXEC_SET = 1, IDEM__EXEC_CLEAR = 2 };
 
 /* What to list. */
 typedef struct idem__filter {

@@ -1398,8 +1398,10 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
     say(t, "The provider deduplicates on the key for ");
     say_s(t, r->provider_key_ttl_s);
     say(t,
-        ", so idem sends the call again with the same key, up to %lld "
-        "time%s, while the key is younger than that. ",
+        ", so idem may send the call again with the same key, up to %lld "
+        "time%s, while the key is younger than that - once the attempt in "
+        "doubt has ended (it was answered, if unreadably); one that may "
+        "still land is reconciled instead. ",
         (long long)r->retries, r->retries == 1 ? "" : "s");
   } else {
     say(t, "The provider is not known to deduplicate on the key, so idem "

@@ -264,15 +264,15 @@ call refund_slow k1 ok
 has "kill after: succeeded" "$OUT" '"status":"succeeded"'
 expect "kill ledger" 1 "$(refunds ok)"
 
-# -- (b) the provider dedupes (and the policy says provider_dedupes): the
-# retries with the same key meet 409 (still being processed), which says
-# nothing of the held attempt - unknown, never failed; a re-issue (a new
-# key) is fenced, not sent
+# -- (b) the provider dedupes (and the policy says provider_dedupes): still
+# no retry while the held attempt may land (the record tracks one attempt in
+# flight; a retry's 409 would say nothing of it) - unknown, never failed; a
+# re-issue (a new key) is fenced, not sent
 late true
 t0=$(now_ms)
 call refund_dd b1 ob
 unknown "b first"
-has "b first: retried with the same key" "$ERR" 'HTTP 409 (unknown)'
+hasnt "b first: no blind retry while it may land" "$ERR" 'attempt 2'
 hasnt "b first: never failed" "$OUT" '"status":"failed"'
 call refund_dd b1 ob
 expect "b same call, held: exit" 75 "$RC"

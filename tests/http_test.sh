@@ -94,13 +94,14 @@ call "$P" c3 "$(refund closed_o3)"
 has "422 closed order" "$ERR" 'HTTP 422 (rejected)'
 expect "422 ledger" 0 "$(count o2)"
 
-# -- stall: applied, then no answer before the deadline -> unknown; the retry
-# with the same key meets 409 (still running); the status check settles it
+# -- stall: applied, then no answer before the deadline -> unknown; no
+# retry while that attempt may still land (SPEC §6a: the record tracks one
+# attempt in flight), the status check settles it
 mode stall
 call "$P" c4 "$(refund o4)"
 expect "stall exit" 0 "$RC"
 has "stall timeout" "$ERR" 'attempt 1: outcome unknown'
-has "stall 409" "$ERR" 'HTTP 409 (unknown)'
+hasnt "stall: no blind retry" "$ERR" 'attempt 2'
 has "stall checked" "$ERR" 'status check list'
 has "stall succeeded" "$OUT" '"status":"succeeded"'
 has "stall not a replay" "$OUT" '"replayed":false'
@@ -163,14 +164,15 @@ has "unset variable" "$OUT" 'USER_AGENT_TAG is not set'
 expect "template ledger" 0 "$(count o12)"
 export USER_AGENT_TAG=t1
 
-# -- crash after applying: unknown, the retries refused (that says nothing of
-# the first attempt), the status check unreachable -> outcome_unknown; the
-# provider restarts and idem recover settles it; nothing is applied twice
+# -- crash after applying: unknown (no answer: the request may still be in
+# the provider's hands, so no retry), the status check unreachable ->
+# outcome_unknown; the provider restarts and idem recover settles it;
+# nothing is applied twice
 mode crash
 call "$P" c13 "$(refund o13)"
 sim_gone
 expect "crash exit" 75 "$RC"
-has "crash refused retry" "$ERR" 'nothing was sent'
+hasnt "crash: no blind retry" "$ERR" 'attempt 2'
 has "crash unknown" "$OUT" '"status":"outcome_unknown"'
 out=$("$IDEM" show --json --log "$LOG" s c13)
 has "crash in doubt" "$out" '"state":"in_doubt"'

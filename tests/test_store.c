@@ -959,7 +959,7 @@ static void conf_exec(const char *url) {
   got = NULL;
   /* out of range */
   ch = change_init("cx", "x3", ALL_STATES);
-  ch.exec_set = IDEM__EXEC_ENDED + 1;
+  ch.exec_set = IDEM__EXEC_CLEAR + 1;
   CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_INVALID);
   ch = change_init("cx", "x3", ALL_STATES);
   ch.take_lease = 3;

@@ -273,8 +273,8 @@ static const char *const stmt_sql[N_STMTS] = {
     /* A change (idem__change): ?3 state mask, ?4 token or -1, ?5 state or
     ** 0, ?6 attempts to add, ?7 the lease (1 take it over, 2 hand it on;
     ** ?8 owner, ?9 lease_until), ?10 result, ?11 error, ?12 resolution or
-    ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (IDEM__EXEC_*,
-    ** with ?16 ?17 ?18), ?19 a settle_from to lower to, or 0, ?20 duplicate_of
+    ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (1 set ?16 ?17
+    ** ?18, 2 clear), ?19 a settle_from to lower to, or 0, ?20 duplicate_of
     ** or NULL.  The last condition keeps terminal outcomes. */
     "UPDATE attempts SET"
     " state = CASE WHEN ?5 > 0 THEN ?5 ELSE state END,"
@@ -282,23 +282,10 @@ static const char *const stmt_sql[N_STMTS] = {
     " owner = CASE WHEN ?7 > 0 THEN ?8 ELSE owner END,"
     " lease_until = CASE WHEN ?7 > 0 THEN ?9 ELSE lease_until END,"
     " token = token + (?7 = 1),"
-    " executor = CASE ?15 WHEN 1 THEN ?16 WHEN 2 THEN NULL"
-    "  WHEN 3 THEN coalesce(executor, ?16)"
-    "  WHEN 4 THEN CASE WHEN executor IS NULL THEN ?16"
-    "   WHEN executor LIKE '%:multi' THEN executor"
-    "   ELSE executor || ':multi' END"
-    "  WHEN 5 THEN CASE WHEN executor LIKE '%:multi' THEN executor END"
-    "  ELSE executor END,"
-    " pgid = CASE ?15 WHEN 1 THEN ?17 WHEN 2 THEN 0"
-    "  WHEN 3 THEN CASE WHEN executor IS NULL THEN ?17 ELSE pgid END"
-    "  WHEN 4 THEN CASE WHEN executor IS NULL THEN ?17 ELSE 0 END"
-    "  WHEN 5 THEN CASE WHEN executor LIKE '%:multi' THEN pgid ELSE 0 END"
-    "  ELSE pgid END,"
-    " settle_from = CASE"
-    "  WHEN ?15 = 1 OR (?15 IN (3, 4) AND executor IS NULL) THEN ?18"
-    "  WHEN ?15 IN (3, 4) THEN max(settle_from, ?18)"
-    "  WHEN ?19 > 0 AND executor IS NOT NULL AND executor NOT LIKE '%:multi'"
-    "  AND ?19 < settle_from THEN ?19 ELSE settle_from END,"
+    " executor = CASE ?15 WHEN 1 THEN ?16 WHEN 2 THEN NULL ELSE executor END,"
+    " pgid = CASE ?15 WHEN 1 THEN ?17 WHEN 2 THEN 0 ELSE pgid END,"
+    " settle_from = CASE WHEN ?15 = 1 THEN ?18 WHEN ?19 > 0 AND executor"
+    "  IS NOT NULL AND ?19 < settle_from THEN ?19 ELSE settle_from END,"
     " duplicate_of = coalesce(?20, duplicate_of),"
     " result = coalesce(?10, result),"
     " error = coalesce(?11, error),"
