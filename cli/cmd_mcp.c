@@ -263,7 +263,14 @@ static void on_client_line(void *ctx, const char *line, size_t len,
   case MCP_NOTIFY:
     if (strcmp(m.method, "notifications/cancelled") == 0)
       handle_cancel(w, line, len, &m);
-    else {
+    else if (strcmp(m.method, "tools/call") == 0) {
+      /* a call shaped as a notification (no id) would reach the server
+      ** unguarded, and nobody could be told its outcome: it stops here,
+      ** and JSON-RPC allows no answer to a notification */
+      cli_err("a tools/call without an id (a notification) was dropped: "
+              "a call must be a request, with an id, to go through the "
+              "guard");
+    } else {
       gw_to_server(w, line, len);
       gw_to_server(w, "\n", 1);
     }

@@ -52,6 +52,19 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
   g.send(req(1, "tools/list"));
   await g.byId(1);
 
+  // a tools/call shaped as a notification (no id) never reaches the server:
+  // nothing guarded passes except through the guard; no answer (JSON-RPC)
+  g.send(JSON.stringify({ jsonrpc: "2.0", method: "tools/call",
+                          params: { name: "refund_payment", arguments: { order_id: "n1", amount_cents: 1 } } }) + "\n");
+  g.send(req("n-ping", "ping"));
+  await g.byId("n-ping");
+  check(!received(dir).some((m) => m.method === "tools/call" && m.id === undefined),
+        "a tools/call notification is not passed to the server", received(dir));
+  for (let i = 0; i < 100 && !/tools\/call without an id/.test(g.stderr); i++) await sleep(20);
+  check(/idem: a tools\/call without an id \(a notification\) was dropped/.test(g.stderr),
+        "a tools/call notification is dropped with an idem: line on stderr", g.stderr);
+  check(!g.lines.some((m) => m.id === undefined && m.error), "and nothing is answered to it", g.lines);
+
   // a line cut in pieces, two in one write, a CRLF ending
   g.send('{"jsonrpc":"2.0","id":"a",');
   await sleep(100);
