@@ -193,6 +193,17 @@ expect "superseded: the replay of c1 does not run" 0 "$code"
 has "superseded: c1 already applied by c2" "$out" '"duplicate_of":"c2"'
 expect "superseded: still one refund" 1 "$(applied)"
 
+# ---- 11. the command's exit is its answer, not its stdout's end ------------
+# a background child that holds the command's stdout does not make a
+# success wait for the deadline and land "late"
+out=$("$IDEM" exec --log "sqlite:$T/k.db" --session s --call c1 --tool t --timeout 3000 \
+  -- sh -c 'sleep 5 & echo "{\"ok\":true}"; exit 0' 2>/dev/null)
+expect "background child: exit" 0 "$?"
+has "background child: succeeded at once" "$out" '"status":"succeeded"'
+has "background child: its output" "$out" '"result":{"ok":true}'
+has "background child: executed, not late" \
+  "$("$IDEM" show --log "sqlite:$T/k.db" --json s c1)" '"resolution":"executed"'
+
 # ---- 9. policy decisions come before flag checks ---------------------------
 out=$("$IDEM" exec --policy "$T/p1.json" --log "sqlite:$T/i.db" --session s --call c1 \
   --tool drop_table --status "exit 100" --timeout 100 -- "$TOOL")
