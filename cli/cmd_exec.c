@@ -57,7 +57,20 @@ int cli_exec_outcome(const idem__tool_rule *r, const cli_run_result *res) {
 
 void cli_exec_describe(const cli_run_result *res, long long deadline,
                        char *buf, size_t n) {
-  if (res->spawn_errno)
+  if (res->too_big) {
+    /* the pipe was closed on it: a SIGPIPE death is ours, not the tool's */
+    int k = snprintf(buf, n,
+                     "the command's output passed the limit of %zu bytes and "
+                     "was cut off",
+                     CLI_MAX_OUTPUT);
+    if (k < 0 || (size_t)k >= n) return;
+    if (res->signal)
+      snprintf(buf + k, n - (size_t)k, "; it was then killed by signal %d%s",
+               res->signal, res->signal == SIGPIPE ? " (SIGPIPE)" : "");
+    else if (res->exited)
+      snprintf(buf + k, n - (size_t)k, "; it then exited with status %d",
+               res->exit_code);
+  } else if (res->spawn_errno)
     snprintf(buf, n, "the command could not be started: %s",
              strerror(res->spawn_errno));
   else if (res->timed_out)

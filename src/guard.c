@@ -122,6 +122,8 @@ struct idem_step {
   int told;             /* the delivery is recorded already                  */
   int ended;            /* the attempt being finished can no longer land     */
   idem_record *earlier; /* the fencing action, in FENCE and its CHECK     */
+  char *why; /* what left our own action in doubt, in the executor's words */
+             /* ("no answer within 5000 ms"); said to the model, or NULL  */
   idem__buf env;
 };
 
@@ -287,6 +289,13 @@ static const char *check_hint(idem_step *s, char *buf, size_t n) {
 
 static void note_fenced(idem_step *s, const char *whose);
 
+/* Remember what left our own action in doubt (the record's error). */
+static void set_why(idem_step *s, const char *why) {
+  char *w = why ? idem__strdup(why) : NULL;
+  idem__free(s->why);
+  s->why = w; /* out of memory: the answer is still true, with fewer words */
+}
+
 static int answer_unknown(idem_step *s, const char *whose) {
   char hint[512];
   if (whose) note_fenced(s, whose);
@@ -295,10 +304,13 @@ static int answer_unknown(idem_step *s, const char *whose) {
                   "An identical %s call (call id %s) is unresolved: it is not "
                   "known whether it took effect, so this call was not run. %s",
                   s->tool, whose, check_hint(s, hint, sizeof hint));
+  /* the executor's words say what happened: a deadline, a server that
+  ** exited, an HTTP 500 - the status is the same, the reason is not */
   return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, s->attempt, NULL, NULL,
-                "The %s call did not answer in time; it is not known whether "
-                "it took effect. %s",
-                s->tool, check_hint(s, hint, sizeof hint));
+                "It is not known whether the %s call took effect%s%.300s%s. "
+                "%s",
+                s->tool, s->why ? " (" : "", s->why ? s->why : "",
+                s->why ? ")" : "", check_hint(s, hint, sizeof hint));
 }
 
 /* The status check did not find the action, but an attempt of it may
@@ -323,10 +335,10 @@ static int answer_pending_landing(idem_step *s, const idem_record *r,
                   "show it yet, so this call was not run. %s",
                   s->tool, whose, check_hint(s, hint, sizeof hint));
   return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, r->attempts, NULL, NULL,
-                "The %s call has not finished: it did not answer in time and "
-                "may still take effect, though a status check does not show "
-                "it yet. %s",
-                s->tool, check_hint(s, hint, sizeof hint));
+                "The %s call has not finished%s%.300s%s: it may still take "
+                "effect, though a status check does not show it yet. %s",
+                s->tool, r->error ? " (" : "", r->error ? r->error : "",
+                r->error ? ")" : "", check_hint(s, hint, sizeof hint));
 }
 
 /* Answer with the outcome a terminal record holds. */
@@ -580,6 +592,7 @@ static int build_check_args(idem_step *s, const char *args, size_t args_len,
 ** answer unknown. */
 static int reconcile_own(idem_step *s, const idem_record *r) {
   s->attempt = r->attempts;
+  set_why(s, r->error ? r->error : s->why);
   if (has_check(s->rule)) {
     int rc = build_check_args(s, s->args, s->args_len, s->key);
     if (rc) return rc;
@@ -656,6 +669,8 @@ static int decide_existing(idem_step *s, idem_record *r) {
       return wait_or(s, NULL);
     }
     /* the owner is gone or its lease ran out */
+    set_why(s, "the process running it stopped before recording an "
+               "outcome");
     IDEM__FALLTHROUGH;
   case IDEM_STATE_IN_DOUBT:
     if (!(now = seize(s, r, IDEM_STATE_IN_DOUBT, 0, &rc))) return rc;
@@ -1494,6 +1509,7 @@ void idem_step_free(idem_step *s) {
   idem__free(s->fence_key);
   idem__free(s->check_args);
   idem_record_free(s->earlier);
+  idem__free(s->why);
   idem__buf_free(&s->env);
   idem__free(s);
 }
@@ -1938,6 +1954,9 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
     idem_record_free(r);
     return rc;
   }
+  set_why(s, r->error ? r->error
+                      : "the process running it stopped before recording "
+                        "an outcome");
   lease_change(s, &ch, r, IDEM_STATE_IN_DOUBT, 0);
   rc = g->st->vt->change(g->st, &ch, &now);
   idem_record_free(r);
