@@ -226,6 +226,8 @@ typedef struct idem__tool_rule {
   int64_t retention_s;          /* records kept this long (604800)    */
   int has_status;
   idem__status_rule status;
+  int on_is_error; /* MCP: a result with isError true means this (an */
+                   /* enum idem_outcome; IDEM_OUTCOME_UNKNOWN)       */
   int has_http; /* an HTTP tool: run by `idem call` and `idem demo` */
   idem__http_rule http;
   /* exec: exit codes that mean applied / not applied / rejected */
@@ -335,8 +337,10 @@ typedef struct idem__store_vt {
   ** Atomically: if (rec->session, rec->call_id) exists, FOUND and *found;
   ** else if rec->fence_key is set and another action with that fence_key,
   ** not DEDUPLICATED, is PENDING or IN_DOUBT, or SUCCEEDED and (not
-  ** delivered, or delivered at or after rec->created - the new call was made
-  ** before the model was told, as parallel calls of one turn are - or
+  ** delivered, or delivered after rec->created - the new call was made
+  ** before the model was told, as parallel calls of one turn are; in the
+  ** same millisecond counts as after, for the answer is handed over only
+  ** once its delivery is recorded - or
   ** created at or after now - repeat_window_ms), FENCED and
   ** *found = the newest such; else insert rec (state PENDING, token 1) and
   ** sync it to disk before returning INSERTED.

@@ -392,6 +392,7 @@ void idem__rule_defaults(idem__tool_rule *r, const char *name) {
   r->reconcile_timeout_ms = 30000;
   r->wait_ms = 2000;
   r->settle_ms = -1; /* no bound: an attempt may land at any time */
+  r->on_is_error = IDEM_OUTCOME_UNKNOWN;
   r->provider_dedupes = 0;
   r->provider_key_ttl_s = 86400;
   r->key_max_len = IDEM_DEFAULT_KEY_MAX_LEN;
@@ -457,7 +458,8 @@ enum {
   F_RETENTION_S,
   F_STATUS,
   F_EXIT_CODES,
-  F_HTTP
+  F_HTTP,
+  F_ON_IS_ERROR
 };
 
 static const char *const TOOL_FIELDS[] = {"class",
@@ -478,6 +480,7 @@ static const char *const TOOL_FIELDS[] = {"class",
                                           "status",
                                           "exit_codes",
                                           "http",
+                                          "on_is_error",
                                           NULL};
 
 /* What only a guarded tool can have (NULL: any class): there is no record,
@@ -500,6 +503,8 @@ static const char *const GUARDED_ONLY[] = {NULL,
                                            "a retention_s",
                                            "a status check",
                                            "exit_codes",
+                                           NULL,
+                                           "an on_is_error",
                                            NULL};
 
 static const char *const CLASS_NAMES[] = {"guarded", "idempotent", "read_only",
@@ -973,6 +978,10 @@ static int parse_tool(ctx *c, json_t *obj, idem__tool_rule *r) {
       break;
     case F_STATUS: rc = parse_status(c, v, r); break;
     case F_EXIT_CODES: rc = parse_exit_codes(c, v, r); break;
+    case F_ON_IS_ERROR:
+      if (!(rc = want_enum(c, v, ANSWER_OUTCOMES, &i)))
+        r->on_is_error = ANSWER_OUTCOME_VALUES[i];
+      break;
     default: rc = parse_http(c, v, r); break;
     }
     if (rc) return rc;
@@ -1505,6 +1514,20 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
     say_codes(t, r->exit_rejected, r->n_exit_rejected);
     say(t, " rejected; any other exit, a signal or the deadline means "
            "unknown.\n\n");
+  }
+
+  if (!r->has_http) {
+    say(t, "Under idem mcp, a result with isError true means ");
+    if (r->on_is_error == IDEM_OUTCOME_REJECTED)
+      say(t, "rejected: nothing applied, and the call is answered failed "
+             "(on_is_error \"rejected\").\n\n");
+    else if (r->on_is_error == IDEM_OUTCOME_NOT_APPLIED)
+      say(t, "not applied: nothing applied, and the call may run again "
+             "with the same key (on_is_error \"not_applied\").\n\n");
+    else
+      say(t, "unknown (the default): the server's own handler may have "
+             "applied the action before it failed, so it is reconciled as "
+             "after a timeout.\n\n");
   }
 
   say(t, "Retention: the record of each call is kept ");
