@@ -130,10 +130,13 @@ int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d) {
     case IDEM_NEXT_ANSWER: {
       size_t len;
       const char *env = idem_step_envelope(s, &len);
+      /* "told" is recorded before the harness can read the answer: a call
+      ** it makes the moment it has read it is a new decision, and must not
+      ** find this one untold (and be fenced as its duplicate) */
+      idem_step_delivered(s);
       fwrite(env, 1, len, stdout);
       fputc('\n', stdout);
       if (cli_flush() != EXIT_OK) return EXIT_FAIL;
-      idem_step_delivered(s);
       return cli_exit_for(idem_step_answer(s));
     }
     default: rc = IDEM_MISUSE;

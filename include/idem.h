@@ -331,8 +331,8 @@ IDEM_API void idem_record_free(idem_record *r);
 **                            idem_step_resolve(s, outcome, result, ...);
 **   case IDEM_NEXT_WAIT:     another owner holds the action: sleep
 **                            idem_step_delay_ms(s), then idem_step_poll(s);
-**   case IDEM_NEXT_ANSWER:   give idem_step_envelope(s) to the model, then
-**                            idem_step_delivered(s); done.
+**   case IDEM_NEXT_ANSWER:   idem_step_delivered(s), then give
+**                            idem_step_envelope(s) to the model; done.
 **   }
 **   idem_step_free(s);
 **
@@ -423,8 +423,11 @@ IDEM_API int idem_step_resolve(idem_step *s, int outcome, const char *result,
                                size_t result_len);
 /* After IDEM_NEXT_WAIT: look at the other owner's action again. */
 IDEM_API int idem_step_poll(idem_step *s);
-/* The model has been given the envelope: an outcome it has been told no
-** longer fences new calls (SPEC §6.4). */
+/* The model is being given the envelope: an outcome it has been told no
+** longer fences new calls (SPEC §6.4).  Call it before handing the
+** envelope over, so that a call the harness makes the moment it has read
+** the answer does not find this one untold and is not fenced as its
+** duplicate. */
 IDEM_API int idem_step_delivered(idem_step *s);
 IDEM_API void idem_step_free(idem_step *s);
 

@@ -315,7 +315,7 @@ static const char *const stmt_sql[N_STMTS] = {
     "  WHERE $7::text IS NOT NULL AND fence_key = $7::text"
     "  AND NOT (session = $1::text AND call_id = $2::text) AND state <> 6"
     "  AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    "   OR delivered >= CASE WHEN $16::bigint > 0 THEN $16::bigint"
+    "   OR delivered > CASE WHEN $16::bigint > 0 THEN $16::bigint"
     "    ELSE t.now END"
     "   OR ($25::bigint > 0 AND created >= t.now - $25::bigint))))"
     "  AND NOT EXISTS (SELECT 1 FROM found)"
@@ -382,7 +382,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " (SELECT " NOW_MS " AS now) t WHERE fence_key = $1::text"
     " AND NOT (session = $2::text AND call_id = $3::text) AND state <> 6"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    "  OR delivered >= $4::bigint"
+    "  OR delivered > $4::bigint"
     "  OR ($5::bigint > 0 AND created >= t.now - $5::bigint))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
 };

@@ -260,12 +260,14 @@ static const char *const stmt_sql[N_STMTS] = {
     "SELECT " COLS " FROM attempts WHERE session = ?1 AND call_id = ?2",
     /* The fence (idemInt.h, begin): ?4 is now - repeat window, or a time
     ** after everything when there is no window; ?5 is when the new call was
-    ** made - an outcome delivered at or after that was not known to the
-    ** model when it made the call (parallel calls of one turn). */
+    ** made - an outcome delivered after that was not known to the model
+    ** when it made the call (parallel calls of one turn).  Delivered in
+    ** the same millisecond counts as known: a delivery is recorded before
+    ** the answer is handed over (idem_step_delivered). */
     "SELECT " COLS " FROM attempts WHERE fence_key = ?1"
     " AND NOT (session = ?2 AND call_id = ?3) AND state <> 6"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    " OR delivered >= ?5 OR created >= ?4)))"
+    " OR delivered > ?5 OR created >= ?4)))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
     "INSERT INTO attempts (" COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
     " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,"

@@ -325,7 +325,7 @@ class Step(_Handle):
     CHECK    run the status check (``check_tool`` / ``check_args``, or your
              own lookup of ``check_key``), then ``resolve(outcome, ...)``;
     WAIT     sleep ``delay_ms``, then ``poll()``;
-    ANSWER   give ``envelope`` to the model, then ``delivered()``.
+    ANSWER   ``delivered()``, then give ``envelope`` to the model.
 
     A late result (after you reported UNKNOWN) still goes to ``finish``,
     even after ANSWER.  Free the step with ``close()`` or a with block."""
