@@ -66,6 +66,8 @@
 #include "mcp.h"
 #include "mcp_gw.h"
 
+extern char **environ;
+
 static gw *the_gw; /* for the signal handler's self-pipe */
 
 long long gw_mono_ms(void) {
@@ -173,14 +175,20 @@ static void pend_remove(gw *w, pend *p) {
 
 int gw_server_gone(gw *w) { return w->sin_eof || w->sout_closed; }
 
+const char *gw_gone_why(const gw *w) {
+  if (w->gone_why) return w->gone_why;
+  return w->child_done ? "the server has exited"
+                       : "the server no longer reads its input";
+}
+
 /* ---- from the client ------------------------------------------------------------------ */
 
 void gw_forward_request(gw *w, const char *line, size_t len, const mcp_msg *m) {
   char gid[32];
   pend *p;
   if (gw_server_gone(w)) {
-    gw_client_error(w, line + m->id_s, m->id_e - m->id_s, -32603,
-                    "idem: the server has exited");
+    gw_client_error(w, line + m->id_s, m->id_e - m->id_s, -32603, "idem: %s",
+                    gw_gone_why(w));
     return;
   }
   p = gw_pend_add(w, P_FWD);
@@ -201,11 +209,6 @@ int gw_tool_class(gw *w, const char *tool) {
   if ((l = json_object_get(w->learned, tool)))
     return (int)json_integer_value(l);
   return w->policy->unknown_tools;
-}
-
-char *gw_meta_string(const json_t *meta, const char *name) {
-  const char *v = json_string_value(json_object_get(meta, name));
-  return v && *v ? gw_dupn(v, strlen(v)) : NULL;
 }
 
 static void handle_cancel(gw *w, const char *line, size_t len,
@@ -433,11 +436,45 @@ static int set_flags(int fd, int add) {
   return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | add);
 }
 
-/* Start the server with pipes on its stdin and stdout; 0 or an errno. */
+/* The file to run for command name (found on PATH when it has no slash),
+** into buf; 0 or an errno. */
+static int find_program(const char *name, char *buf, size_t n) {
+  const char *path = getenv("PATH"), *p, *e;
+  int err = ENOENT;
+  if (!*name) return ENOENT;
+  if (strchr(name, '/')) {
+    snprintf(buf, n, "%s", name);
+    return 0;
+  }
+  for (p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";; p = e + 1) {
+    size_t dl;
+    e = strchr(p, ':');
+    if (!e) e = p + strlen(p);
+    dl = (size_t)(e - p);
+    if ((size_t)snprintf(buf, n, "%.*s%s%s", (int)dl, p, dl ? "/" : "",
+                         name) < n) {
+      if (access(buf, X_OK) == 0) return 0;
+      if (errno == EACCES) err = EACCES;
+    }
+    if (!*e) return err;
+  }
+}
+
+/*
+** Start the server with pipes on its stdin and stdout; 0 or an errno.  The
+** attempt log is open by now and its threads run, so between fork and exec
+** the child calls only async-signal-safe functions (no malloc, no lock
+** another thread may hold): the program is found on PATH before the fork.
+*/
 static int spawn(gw *w, char **argv) {
   int in[2], out[2], err[2], e = 0;
   pid_t pid, parent = getpid();
   ssize_t k;
+  char prog[4096];
+  struct sigaction dfl;
+  if ((e = find_program(argv[0], prog, sizeof prog))) return e;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
   if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
     return errno;
   pid = fork();
@@ -447,9 +484,9 @@ static int spawn(gw *w, char **argv) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127); /* we died before the prctl */
     setpgid(0, 0);
-    signal(SIGPIPE, SIG_DFL);
+    sigaction(SIGPIPE, &dfl, NULL);
     if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0) _exit(127);
-    execvp(argv[0], argv);
+    execve(prog, argv, environ);
     e = errno;
     if (write(err[1], &e, sizeof e) < 0) _exit(127);
     _exit(127);
@@ -484,18 +521,43 @@ static void reap(gw *w) {
   }
 }
 
+/*
+** The server's output ended: it exited, or it closed its stdout and lives
+** on, and either way it will answer nothing more.  Every request in flight
+** is answered now (a guarded one: unknown, in these words), and the
+** shutdown rule applies as when the client leaves: its stdin closes, then
+** SIGTERM after GRACE_MS, then SIGKILL - a server that keeps running with
+** its output closed is not waited for without bound.
+*/
 static void server_closed(gw *w) {
+  int partial = w->sin.b.len > 0 || w->sin.skipping;
+  char why[160];
   w->sin_eof = 1;
+  /* which of the two, for the words: an exiting process closes its files
+  ** a moment before it can be reaped */
+  for (int i = 0; i < 50 && !w->child_done; i++) {
+    reap(w);
+    if (!w->child_done) usleep(1000);
+  }
+  w->gone_why = w->child_done ? "the server has exited"
+                              : "the server closed its output";
+  if (!w->child_done) {
+    w->output_closed = 1;
+    cli_err("the server closed its output but is still running; it is "
+            "stopped as when the client leaves");
+  }
   mcp_lines_end(&w->sin, on_server_line, w);
-  /* every request in flight is answered now: nobody else will */
+  snprintf(why, sizeof why, "%s %s", w->gone_why,
+           partial ? "in the middle of a message, before answering"
+                   : "before answering");
   for (size_t i = 0; i < BUCKETS; i++)
-    while (w->buckets[i])
-      pend_fail(w, w->buckets[i], "the server exited before answering");
+    while (w->buckets[i]) pend_fail(w, w->buckets[i], why);
   if (!w->sout_closed) {
     w->sout_closed = 1;
     w->sout.len = 0;
     close(w->to_srv);
   }
+  if (!w->child_done && !w->grace_at) w->grace_at = gw_mono_ms() + GRACE_MS;
 }
 
 /* ---- the loop -------------------------------------------------------------------------- */
@@ -636,22 +698,24 @@ static int guarding_policy(const char *path, idem_policy **out) {
   return rc;
 }
 
-static void random_session(char *buf, size_t n) {
+/* prefix and 16 random hex digits, for names no other run will draw. */
+static void random_name(const char *prefix, char *buf, size_t n) {
   unsigned char r[8] = {0};
   FILE *f = fopen("/dev/urandom", "rb");
   if (!f || fread(r, 1, sizeof r, f) != sizeof r) {
-    long long t = gw_mono_ms() ^ (long long)getpid();
+    long long t = gw_mono_ms() ^ ((long long)getpid() << 20);
     memcpy(r, &t, sizeof r);
   }
   if (f) fclose(f);
-  snprintf(buf, n, "mcp-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2],
-           r[3], r[4], r[5], r[6], r[7]);
+  snprintf(buf, n, "%s%02x%02x%02x%02x%02x%02x%02x%02x", prefix, r[0], r[1],
+           r[2], r[3], r[4], r[5], r[6], r[7]);
 }
 
 static int exit_status(const gw *w) {
   if (!w->child_done) return EXIT_FAIL;
   if (WIFEXITED(w->child_status)) return WEXITSTATUS(w->child_status);
-  if (w->we_killed) return EXIT_OK; /* stopped after the client left */
+  if (w->we_killed) /* stopped after the client left, or broken */
+    return w->output_closed ? EXIT_FAIL : EXIT_OK;
   if (WIFSIGNALED(w->child_status)) return 128 + WTERMSIG(w->child_status);
   return EXIT_FAIL;
 }
@@ -694,7 +758,7 @@ int cmd_mcp(int argc, char **argv) {
   if (session && !*session) return cli_usage("mcp", "--session is empty");
   if (!session) session = getenv("IDEM_SESSION");
   if (!session || !*session) {
-    random_session(sessbuf, sizeof sessbuf);
+    random_name("mcp-", sessbuf, sizeof sessbuf);
     session = sessbuf;
     cli_err("no --session or IDEM_SESSION: calls without _meta "
             "\"io.idem/session\" use session %s, which a restart does not "
@@ -704,6 +768,7 @@ int cmd_mcp(int argc, char **argv) {
   if (!(w = calloc(1, sizeof *w))) gw_oom();
   w->session = session;
   w->max_message = max_message;
+  random_name("", w->nonce, sizeof w->nonce);
   rc = idem_policy_load(policy_path, &w->policy);
   if (rc) {
     cli_err("%s: %s", policy_path,
@@ -736,18 +801,15 @@ int cmd_mcp(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  /* the server is forked before any thread exists (the log's included),
-  ** so the child's way to exec takes no lock another thread held */
-  if ((rc = spawn(w, argv + optind))) {
-    cli_err("cannot run %s: %s", argv[optind], strerror(rc));
-    goto out;
-  }
+  /* the log first: a bad --log is one error line, and nothing spawned */
   if (!log) log = idem__default_log(logbuf, sizeof logbuf);
   if (idem_guard_open(log, w->policy, &w->g_user) ||
       idem_guard_open(log, w->gpolicy, &w->g_guarded)) {
     cli_err("%s", idem_guard_errmsg(w->g_guarded ? w->g_guarded : w->g_user));
-    kill(w->child, SIGTERM);
-    waitpid(w->child, NULL, 0);
+    goto out;
+  }
+  if ((rc = spawn(w, argv + optind))) {
+    cli_err("cannot run %s: %s", argv[optind], strerror(rc));
     goto out;
   }
   /* an attempt runs in the server's process group as well as here: once

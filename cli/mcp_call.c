@@ -207,9 +207,10 @@ static void send_exec(gw *w, gcall *c) {
   json_t *meta = json_deep_copy(c->meta);
   pend *p;
   if (gw_server_gone(w)) {
+    char why[160];
+    snprintf(why, sizeof why, "%s; the call was not sent", gw_gone_why(w));
     json_decref(meta);
-    gw_set_input(c, IDEM_OUTCOME_NOT_APPLIED, NULL, 0,
-                 "the server has exited; the call was not sent");
+    gw_set_input(c, IDEM_OUTCOME_NOT_APPLIED, NULL, 0, why);
     step(w, c, J_FINISH);
     return;
   }
@@ -409,11 +410,10 @@ static void advance(gw *w, gcall *c) {
     c->due = gw_mono_ms() + idem_step_delay_ms(c->s);
     break;
   case IDEM_NEXT_ANSWER:
+    /* the log says "told" before the client can read the answer (it is
+    ** written when the job is done): a call the client sends the moment it
+    ** has read it is a new decision, and must not find it untold */
     c->deliver = !c->cancelled && !w->cout_dead;
-    if (c->deliver) {
-      answer(w, c);
-      gw_flush(w); /* the client has it before the log says so */
-    }
     step(w, c, J_DELIVER);
     break;
   default:
@@ -425,10 +425,19 @@ static void advance(gw *w, gcall *c) {
 
 void gw_job_done(gw *w, gcall *c) {
   if (c->job == J_DELIVER || c->job == J_LATE) {
-    if (c->job == J_LATE && c->rc)
-      cli_err("recording a late result of %s/%s: %s", c->session, c->call_id,
-              c->errmsg);
-    if (c->job == J_DELIVER) gw_live_remove(w, c);
+    if (c->rc)
+      cli_err("recording %s of %s/%s: %s",
+              c->job == J_LATE ? "a late result" : "the delivery", c->session,
+              c->call_id, c->errmsg);
+    if (c->job == J_DELIVER) {
+      /* the answer stands even when its delivery could not be recorded:
+      ** the fence is then only more careful with a repeat */
+      if (c->deliver && !w->cout_dead) {
+        answer(w, c);
+        gw_flush(w);
+      }
+      gw_live_remove(w, c);
+    }
     gw_gcall_free(c);
     return;
   }
@@ -455,10 +464,66 @@ static const char *params_member(const char *line, size_t len, const char *name,
   return line + ps + vs;
 }
 
+/*
+** The session or call id that _meta member name gives (SPEC §10): a
+** non-empty string as is, an integer as its decimal text, as sent.  0 with
+** *out NULL when absent; -1 with the reason in why when it is there but
+** names nothing (empty, or not a string or an integer): a call is never
+** quietly given another identity than the one its harness meant.
+*/
+static int meta_id(const char *line, size_t len, const json_t *meta,
+                   const char *name, char **out, char *why, size_t n) {
+  const json_t *v = json_object_get(meta, name);
+  size_t ml, vs, ve;
+  const char *mt = params_member(line, len, "_meta", &ml);
+  *out = NULL;
+  if (!v) return 0;
+  if (json_is_string(v)) {
+    if (!json_string_length(v)) {
+      snprintf(why, n,
+               "_meta \"%s\" is empty; give the %s, or leave it out", name,
+               strcmp(name, "io.idem/session") ? "model's tool-call id"
+                                               : "harness's session id");
+      return -1;
+    }
+    if (!(*out = gw_dupn(json_string_value(v), json_string_length(v))))
+      gw_oom();
+    return 0;
+  }
+  if (json_is_number(v)) {
+    /* the number's own text (jansson read it as a double) */
+    if (mt && mcp_member(mt, ml, name, &vs, &ve) == 1) {
+      size_t i = vs + (mt[vs] == '-');
+      while (i < ve && mt[i] >= '0' && mt[i] <= '9') i++;
+      if (i == ve && ve > vs + (mt[vs] == '-')) {
+        if (!(*out = gw_dupn(mt + vs, ve - vs))) gw_oom();
+        return 0;
+      }
+    } else {
+      double d = json_number_value(v);
+      if (d == (double)(long long)d && d > -9e15 && d < 9e15) {
+        char num[32];
+        snprintf(num, sizeof num, "%lld", (long long)d);
+        if (!(*out = gw_dupn(num, strlen(num)))) gw_oom();
+        return 0;
+      }
+    }
+  }
+  snprintf(why, n, "_meta \"%s\" must be a non-empty string or an integer, "
+                   "not %s", name,
+           json_is_number(v)   ? "a fraction"
+           : json_is_object(v) ? "an object"
+           : json_is_array(v)  ? "an array"
+           : json_is_null(v)   ? "null"
+                               : "true or false");
+  return -1;
+}
+
 void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
   const char *tool = json_string_value(json_object_get(m->params, "name"));
   json_t *meta = json_object_get(m->params, "_meta");
   const char *args;
+  char why[200];
   size_t alen = 0;
   int cls;
   gcall *c;
@@ -477,16 +542,27 @@ void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
   c->cidlen = m->id_e - m->id_s;
   c->cid = gw_dupn(line + m->id_s, c->cidlen);
   c->cidv = json_incref(m->id);
-  c->session = gw_meta_string(meta, "io.idem/session");
-  if (!c->session) c->session = gw_dupn(w->session, strlen(w->session));
-  c->call_id = gw_meta_string(meta, "io.idem/call_id");
-  if (!c->call_id) {
-    if (json_is_string(m->id))
-      c->call_id = gw_meta_string(m->root, "id");
-    else
-      c->call_id = gw_dupn(c->cid, c->cidlen);
+  if (meta_id(line, len, meta, "io.idem/session", &c->session, why,
+              sizeof why) ||
+      meta_id(line, len, meta, "io.idem/call_id", &c->call_id, why,
+              sizeof why)) {
+    gw_client_error(w, c->cid, c->cidlen, -32602,
+                    "Invalid params: idem: %s; the tool was not called", why);
+    cli_err("a tools/call of %s was refused: %s", tool, why);
+    gw_gcall_free(c);
+    return;
   }
-  if (!c->call_id) c->call_id = gw_dupn("\"\"", 2); /* an empty string id */
+  if (!c->session) c->session = gw_dupn(w->session, strlen(w->session));
+  if (!c->call_id) {
+    /* a JSON-RPC id names a request on this connection, never an action
+    ** across connections: a restarted client numbers its requests 0, 1,
+    ** 2... again.  Scoped to this gateway process, it cannot meet the
+    ** calls of another one. */
+    size_t n = strlen(w->nonce) + c->cidlen + 16;
+    if ((c->call_id = malloc(n)))
+      snprintf(c->call_id, n, "jsonrpc:%s:%.*s", w->nonce, (int)c->cidlen,
+               c->cid);
+  }
   c->tool = gw_dupn(tool, strlen(tool));
   args = params_member(line, len, "arguments", &alen);
   if (args) {
@@ -520,14 +596,40 @@ static gcall *late_for(gw *w, gcall *c) {
   l->g = c->g;
   l->session = gw_dupn(c->session, strlen(c->session));
   l->call_id = gw_dupn(c->call_id, strlen(c->call_id));
+  l->tool = gw_dupn(c->tool, strlen(c->tool));
   l->token = c->token;
-  if (!l->session || !l->call_id) gw_oom();
+  if (!l->session || !l->call_id || !l->tool) gw_oom();
   return l;
+}
+
+/* The first text content item of a tool result, made one printable line
+** of at most n-1 bytes (for a message), or "" when it has none. */
+static void first_text(const json_t *result, char *out, size_t n) {
+  const json_t *item;
+  size_t i, k = 0;
+  out[0] = '\0';
+  json_array_foreach(json_object_get(result, "content"), i, item) {
+    const char *t = json_string_value(json_object_get(item, "text"));
+    if (!t) continue;
+    for (; *t && k + 4 < n; t++)
+      out[k++] = (unsigned char)*t < 0x20 || *t == 0x7f ? ' ' : *t;
+    if (*t) memcpy(out + k, "...", 3), k += 3;
+    out[k] = '\0';
+    return;
+  }
 }
 
 /* What the server's answer to an execute says happened: the outcome, made
 ** the input of c's next job (finish, or a late result's record).  *text is
-** the raw "result" (or "error", *is_error) member of the answer. */
+** the raw "result" (or "error", *is_error) member of the answer.
+**
+** A result must be a CallToolResult: an object, whose content (when there)
+** is an array and isError (when there) a boolean.  Anything else is a
+** protocol violation, and says nothing of what the tool did: unknown.
+** isError true is what the tool's handler said, and SDKs say it for any
+** exception in the handler - its own timeout talking to the provider
+** included - so by itself it proves nothing: the tool's on_is_error says
+** what it means (unknown unless the policy knows the server better). */
 int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
                    const char **text, size_t *tlen, int *is_error) {
   size_t vs, ve;
@@ -539,14 +641,32 @@ int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
   *is_error = 0;
   err[0] = '\0';
   if (result) {
+    const json_t *ie = json_object_get(result, "isError"),
+                 *content = json_object_get(result, "content");
     if (mcp_member(line, len, "result", &vs, &ve) == 1) {
       *text = line + vs;
       *tlen = ve - vs;
     }
     outcome = IDEM_OUTCOME_APPLIED;
-    if (json_is_true(json_object_get(result, "isError"))) {
-      snprintf(err, sizeof err, "the tool answered isError");
-      outcome = IDEM_OUTCOME_REJECTED;
+    if (!json_is_object(result) || (content && !json_is_array(content)) ||
+        (ie && !json_is_boolean(ie))) {
+      snprintf(err, sizeof err,
+               "the server's answer is not a tool result (%s)",
+               !json_is_object(result) ? "its result is not an object"
+               : content ? "its content is not an array"
+                         : "its isError is not true or false");
+      outcome = IDEM_OUTCOME_UNKNOWN;
+      *text = NULL; /* nothing of it is recorded or passed on */
+      *tlen = 0;
+    } else if (json_is_true(ie)) {
+      idem__tool_rule scratch;
+      const idem__tool_rule *r =
+          idem__policy_rule(c->gw->gpolicy, c->tool, &scratch);
+      char said[240];
+      first_text(result, said, sizeof said);
+      snprintf(err, sizeof err, "the tool answered isError%s%s", *said ? ": " : "",
+               said);
+      outcome = r->on_is_error;
     }
   } else {
     json_t *e = json_object_get(m->root, "error");
@@ -565,8 +685,9 @@ int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
             ? IDEM_OUTCOME_REJECTED
             : IDEM_OUTCOME_UNKNOWN;
   }
-  gw_set_input(c, outcome, *is_error ? NULL : *text, *tlen,
-               err[0] ? err : NULL);
+  gw_set_input(c, outcome,
+               *is_error || outcome == IDEM_OUTCOME_UNKNOWN ? NULL : *text,
+               *tlen, err[0] ? err : NULL);
   c->ended = 1; /* the server's answer ends the attempt (SPEC §6a) */
   return outcome;
 }

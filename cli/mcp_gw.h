@@ -82,6 +82,9 @@ struct gw {
   pid_t child;
   int to_srv, from_srv;
   int child_done, child_status, we_killed;
+  int output_closed;    /* the server closed its stdout and lived on */
+  const char *gone_why; /* why nothing more reaches the server, or NULL */
+  char nonce[24];       /* this process's: scopes JSON-RPC ids as call ids */
   long long grace_at;
   int grace_stage;
   mcp_lines cin, sin;
@@ -124,14 +127,14 @@ void gw_client_error(gw *w, const char *id, size_t idlen, int code,
 /* A request to the server under a new id of the gateway's; by its id. */
 pend *gw_pend_add(gw *w, int kind);
 pend *gw_pend_find(gw *w, long long gid);
-/* The server's stdout or stdin is closed: nothing more can be sent. */
+/* The server's stdout or stdin is closed: nothing more can be sent; and
+** why, in words ("the server closed its output"). */
 int gw_server_gone(gw *w);
+const char *gw_gone_why(const gw *w);
 /* Forward a client request to the server under a new id. */
 void gw_forward_request(gw *w, const char *line, size_t len, const mcp_msg *m);
 /* A tool's class: the policy's, else its annotations', else unknown_tools. */
 int gw_tool_class(gw *w, const char *tool);
-/* A non-empty string member of a _meta object, copied; or NULL. */
-char *gw_meta_string(const json_t *meta, const char *name);
 
 /* ---- mcp_call.c: guarded calls --------------------------------------------- */
 

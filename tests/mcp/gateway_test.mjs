@@ -74,8 +74,8 @@ check(ledgerOf(ledger).length === 1, "... and nothing ran", ledgerOf(ledger));
 // ---- session and call id from --session and the JSON-RPC id
 r = await call(client, "refund_payment", { order_id: "o-id", amount_cents: 5 });
 const byId = ledgerOf(ledger).find((e) => e.order_id === "o-id");
-check(!r.isError && /^sess_1:\d+:[0-9a-f]{16}$/.test(byId?.idempotency_key ?? ""),
-      "without _meta, the session is --session and the call id the JSON-RPC id", byId);
+check(!r.isError && /^sess_1:jsonrpc%3A[0-9a-f]{16}%3A\d+:[0-9a-f]{16}$/.test(byId?.idempotency_key ?? ""),
+      "without _meta, the session is --session and the call id the JSON-RPC id, scoped to this gateway process", byId);
 r = await call(client, "refund_payment", { order_id: "o-s", amount_cents: 5 },
                { "io.idem/session": "other sess", "io.idem/call_id": "c/1" });
 check(ledgerOf(ledger).find((e) => e.order_id === "o-s")?.idempotency_key.startsWith("other%20sess:c%2F1:"),

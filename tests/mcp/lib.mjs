@@ -4,6 +4,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { spawn } from "node:child_process";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 
@@ -75,3 +76,38 @@ export function body(result) {
 export function call(client, name, args, meta, opts) {
   return client.callTool({ name, arguments: args, ...(meta ? { _meta: meta } : {}) }, undefined, opts);
 }
+
+// `idem mcp` with a raw client: send bytes (g.send), wait for whole lines
+// (g.wait(pred), g.byId(id)); lines that are not JSON land in g.bad.
+export function rawGateway({ policy, log, session, server, extra = [], env = {} }) {
+  const p = spawn(idem, ["mcp", "--policy", policy, "--log", log, ...(session ? ["--session", session] : []),
+                         ...extra, "--", ...server],
+                  { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+  const g = { p, lines: [], bad: [], stderr: "", waiters: [] };
+  let buf = "";
+  p.stdout.on("data", (d) => {
+    buf += d;
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      try { g.lines.push(JSON.parse(line)); } catch { g.bad.push(line); }
+    }
+    g.waiters = g.waiters.filter((w) => !w());
+  });
+  p.stderr.on("data", (d) => { g.stderr += d; });
+  p.stdin.on("error", () => {}); // a gateway that is gone: the test says so
+  g.exited = new Promise((r) => p.on("exit", (code, sig) => r({ code, sig })));
+  g.send = (s) => p.stdin.write(s);
+  g.wait = (pred, ms = 10000) => new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error("timed out: " + pred)), ms);
+    const w = () => { const m = g.lines.find(pred); if (m) { clearTimeout(t); resolve(m); return true; } return false; };
+    if (!w()) g.waiters.push(w);
+  });
+  g.byId = (id, ms) => g.wait((m) => m.id === id && !m.method, ms);
+  return g;
+}
+
+// One JSON-RPC request line.
+export const req = (id, method, params) =>
+  JSON.stringify({ jsonrpc: "2.0", id, method, ...(params ? { params } : {}) }) + "\n";

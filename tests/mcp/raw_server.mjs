@@ -14,10 +14,10 @@
 //   exit {code}  exits with that status
 //   hang         never answers
 import fs from "node:fs";
+import { send, serve } from "./jsonl_server.mjs";
 
 const dir = process.argv[2];
 const delay = Number(process.env.RAW_DELAY ?? 0);
-const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
 const result = (id, obj) => send({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: JSON.stringify(obj) }] } });
 const tools = [
   { name: "slow_refund", inputSchema: { type: "object" } },
@@ -31,28 +31,9 @@ const tools = [
   { name: "charge_status", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
 ];
 
-let buf = "";
-process.stdin.on("data", (d) => {
-  buf += d;
-  let nl;
-  while ((nl = buf.indexOf("\n")) >= 0) {
-    const line = buf.slice(0, nl);
-    buf = buf.slice(nl + 1);
-    fs.appendFileSync(`${dir}/received`, line + "\n");
-    handle(JSON.parse(line));
-  }
-});
+serve({ name: "raw", tools, call: handle, onLine: (line) => fs.appendFileSync(`${dir}/received`, line + "\n") });
 
 function handle(m) {
-  if (m.method === "initialize")
-    return send({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion,
-      capabilities: { tools: {} }, serverInfo: { name: "raw", version: "1" } } });
-  if (m.method === "ping") return send({ jsonrpc: "2.0", id: m.id, result: {} });
-  if (m.method === "tools/list") return send({ jsonrpc: "2.0", id: m.id, result: { tools } });
-  if (m.method !== "tools/call") {
-    if (m.id !== undefined) send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "no such method" } });
-    return;
-  }
   const a = m.params.arguments ?? {};
   switch (m.params.name) {
   case "slow_refund":

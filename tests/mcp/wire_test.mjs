@@ -5,42 +5,16 @@
 //   node wire_test.mjs PATH/TO/idem
 import fs from "node:fs";
 import path from "node:path";
-import { spawn, execFileSync } from "node:child_process";
-import { idem, here, check, done, tmpdir, sanitizerSaid } from "./lib.mjs";
+import { execFileSync } from "node:child_process";
+import { idem, here, check, done, tmpdir, sanitizerSaid, rawGateway, req } from "./lib.mjs";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const MAX = 4096;
 
-// A gateway with a raw client: send bytes, wait for lines.
-function gateway(dir, env = {}) {
-  const p = spawn(idem, ["mcp", "--policy", path.join(here, "raw_policy.json"), "--log", `sqlite:${dir}/log.db`,
-                         "--session", "w", "--max-message", String(MAX), "--",
-                         "node", path.join(here, "raw_server.mjs"), dir],
-                  { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
-  const g = { p, lines: [], bad: [], stderr: "", waiters: [] };
-  let buf = "";
-  p.stdout.on("data", (d) => {
-    buf += d;
-    let nl;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-      try { g.lines.push(JSON.parse(line)); } catch { g.bad.push(line); }
-    }
-    g.waiters = g.waiters.filter((w) => !w());
-  });
-  p.stderr.on("data", (d) => { g.stderr += d; });
-  g.exited = new Promise((r) => p.on("exit", (code, sig) => r({ code, sig })));
-  g.send = (s) => p.stdin.write(s);
-  g.wait = (pred, ms = 10000) => new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error("timed out: " + pred)), ms);
-    const w = () => { const m = g.lines.find(pred); if (m) { clearTimeout(t); resolve(m); return true; } return false; };
-    if (!w()) g.waiters.push(w);
-  });
-  g.byId = (id) => g.wait((m) => m.id === id && !m.method);
-  return g;
-}
-const req = (id, method, params) => JSON.stringify({ jsonrpc: "2.0", id, method, ...(params ? { params } : {}) }) + "\n";
+// A gateway in front of raw_server.mjs, with a raw client (lib.mjs).
+const gateway = (dir, env = {}) =>
+  rawGateway({ policy: path.join(here, "raw_policy.json"), log: `sqlite:${dir}/log.db`, session: "w",
+               extra: ["--max-message", String(MAX)], server: ["node", path.join(here, "raw_server.mjs"), dir], env });
 const init = req(0, "initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "1" } });
 const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
 
