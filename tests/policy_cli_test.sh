@@ -163,6 +163,11 @@ long=$(awk 'length($0) > 76' "$T/out" | head -1)
 if [ -z "$long" ]; then ok; else bad "explain: a line longer than 76 columns: '$long'"; fi
 if grep -q '^$' "$T/out"; then ok; else bad "explain: no blank line between paragraphs"; fi
 
+expect_said "a result with isError true means unknown (the default)" "explain refund_payment"
+run policy explain "$(dirname "$0")/mcp/wall_policy.json" is_error_rejected
+expect_said 'isError true means rejected: nothing applied, and the call is answered failed (on_is_error "rejected")' \
+  "explain on_is_error"
+
 run policy explain "$T/spec.json" get_refund_status
 expect_rc 0 "explain a read-only tool"
 expect_said "get_refund_status is read-only" "explain get_refund_status"
