@@ -90,6 +90,36 @@ int cli_canon_limits(idem_canon *c, size_t depth, size_t bytes);
 /* Flush stdout and report a write error; returns EXIT_OK or EXIT_FAIL. */
 int cli_flush(void);
 
+/* ---- util.c: text for a terminal ------------------------------------------ */
+
+/*
+** Session and call ids, tool names, keys and error texts come from clients:
+** printed as they are, an ESC sequence in one would drive the reader's
+** terminal, a CR or a bidi override would hide what is printed before it.
+** cli_text appends s (NUL-terminated; NULL as "-") to o with every such
+** byte or character written out, so that what is shown is what is stored,
+** and nothing else:
+**
+**   a control byte (0x00-0x1F, 0x7F)      \xNN
+**   a byte that is not UTF-8              \xNN
+**   a C1 control (U+0080-U+009F), a bidi  \uNNNN
+**   control (U+200E/F, U+202A-E, U+2066-9)
+**   a backslash                           \\ (so that the above are
+**                                         unambiguous)
+**   any other character, UTF-8 included   as it is
+**
+** With json set, s is a JSON text (the log's args and results, canonical):
+** its backslashes are left alone and the rest is written \u00NN or \uNNNN,
+** JSON's own escapes, so that it stays the same JSON value.  Returns 0, or
+** nonzero when memory ran out.
+*/
+int cli_text(cli_outbuf *o, const char *s, int json);
+
+/* cli_text, cut to at most width columns (a character or an escape is
+** never split; a character counts one column) and padded with spaces to
+** width: one cell of a table. */
+int cli_text_cell(cli_outbuf *o, const char *s, size_t width);
+
 /* ---- proc.c: running a command ------------------------------------------ */
 
 typedef struct cli_run_opts {

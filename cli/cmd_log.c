@@ -66,6 +66,12 @@ static void put_num(idem__buf *b, const char *k, long long v, int *first) {
   put_raw(b, k, num, first);
 }
 
+/* Append the NUL-terminated s as it is (our own text); nonzero when out of
+** memory. */
+static int put_text(idem__buf *b, const char *s) {
+  return idem__buf_append(b, s, strlen(s)) != IDEM_OK;
+}
+
 static void print_json(const idem_record *r) {
   idem__buf b;
   int first = 1;
@@ -116,17 +122,79 @@ typedef struct ls_ctx {
 
 static int ls_row(const idem_record *r, void *arg) {
   ls_ctx *x = arg;
-  char created[32];
+  char created[32], tail[64];
+  idem__buf b;
   x->n++;
   if (x->json) {
     print_json(r);
     return 0;
   }
   when(r->created, created, sizeof created);
-  printf("%-20.20s %-20.20s %-18.18s %-12s %3d  %s  %s\n", r->session,
-         r->call_id, r->tool, idem_state_name(r->state), r->attempts, created,
-         r->key);
+  snprintf(tail, sizeof tail, " %-12s %3d  %s  ", idem_state_name(r->state),
+           r->attempts, created);
+  /* the ids and the key (which holds them) are the client's: shown */
+  idem__buf_init(&b, (size_t)1 << 30);
+  if (cli_text_cell(&b, r->session, 20) || put_text(&b, " ") ||
+      cli_text_cell(&b, r->call_id, 20) || put_text(&b, " ") ||
+      cli_text_cell(&b, r->tool, 18) || put_text(&b, tail) ||
+      cli_text(&b, r->key, 0) || put_text(&b, "\n")) {
+    idem__buf_free(&b);
+    return 1;
+  }
+  fwrite(b.p, 1, b.len, stdout);
+  idem__buf_free(&b);
   return 0;
+}
+
+/* One line of `idem show`: the label, then v shown (cli_text). */
+static int show_line(idem__buf *b, const char *label, const char *v,
+                     int json) {
+  char head[16];
+  snprintf(head, sizeof head, "%-14s", label);
+  return put_text(b, head) || cli_text(b, v, json) || put_text(b, "\n");
+}
+
+static int show_num(idem__buf *b, const char *label, long long v) {
+  char num[32];
+  snprintf(num, sizeof num, "%lld", v);
+  return show_line(b, label, num, 0);
+}
+
+static int show_when(idem__buf *b, const char *label, long long ms) {
+  char t[32];
+  when(ms, t, sizeof t);
+  return show_line(b, label, t, 0);
+}
+
+/* The record for people; every text of it shown by cli_text. */
+static int print_text(const idem_record *r) {
+  idem__buf b;
+  int rc;
+  idem__buf_init(&b, (size_t)1 << 30);
+  rc = show_line(&b, "session", r->session, 0) ||
+       show_line(&b, "call", r->call_id, 0) ||
+       show_line(&b, "tool", r->tool, 0) ||
+       show_line(&b, "state", idem_state_name(r->state), 0) ||
+       show_line(&b, "resolution", idem_resolution_name(r->resolution), 0) ||
+       show_num(&b, "attempts", r->attempts) ||
+       show_line(&b, "key", r->key, 0) ||
+       show_line(&b, "fingerprint", r->fingerprint, 0) ||
+       show_line(&b, "args", r->args, 1) ||
+       show_line(&b, "result", r->result, 1) ||
+       show_line(&b, "error", r->error, 0) ||
+       show_line(&b, "duplicate of", r->duplicate_of, 0) ||
+       show_when(&b, "delivered", r->delivered) ||
+       show_line(&b, "owner", r->owner, 0) ||
+       show_when(&b, "lease until", r->lease_until) ||
+       show_num(&b, "token", r->token) ||
+       show_when(&b, "created", r->created) ||
+       show_when(&b, "updated", r->updated) ||
+       show_when(&b, "expires", r->expires) ||
+       show_line(&b, "executor", r->executor, 0) ||
+       show_num(&b, "pgid", r->pgid) || show_when(&b, "settle from", r->settle_from);
+  if (!rc) fwrite(b.p, 1, b.len, stdout);
+  idem__buf_free(&b);
+  return rc;
 }
 
 /* ---- the verbs ------------------------------------------------------------------ */
@@ -189,7 +257,6 @@ int cmd_show(int argc, char **argv) {
   const char *log = NULL;
   idem__store *st;
   idem_record *r = NULL;
-  char a[32], b[32], c[32], d[32], e[32], f[32];
   int ch, rc, json = 0;
   while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (ch) {
@@ -216,30 +283,13 @@ int cmd_show(int argc, char **argv) {
   }
   if (json)
     print_json(r);
-  else {
-    when(r->created, a, sizeof a);
-    when(r->updated, b, sizeof b);
-    when(r->expires, c, sizeof c);
-    when(r->lease_until, d, sizeof d);
-    when(r->delivered, e, sizeof e);
-    when(r->settle_from, f, sizeof f);
-    printf("session       %s\ncall          %s\ntool          %s\n"
-           "state         %s\nresolution    %s\nattempts      %d\n"
-           "key           %s\nfingerprint   %s\nargs          %s\n"
-           "result        %s\nerror         %s\nduplicate of  %s\n"
-           "delivered     %s\nowner         %s\nlease until   %s\n"
-           "token         %lld\ncreated       %s\nupdated       %s\n"
-           "expires       %s\nexecutor      %s\npgid          %lld\n"
-           "settle from   %s\n",
-           r->session, r->call_id, r->tool, idem_state_name(r->state),
-           idem_resolution_name(r->resolution), r->attempts, r->key,
-           r->fingerprint, r->args, r->result ? r->result : "-",
-           r->error ? r->error : "-", r->duplicate_of ? r->duplicate_of : "-",
-           e, r->owner ? r->owner : "-", d, r->token, a, b, c,
-           r->executor ? r->executor : "-", r->pgid, f);
+  else if (print_text(r)) {
+    cli_err("out of memory");
+    rc = EXIT_FAIL;
   }
   idem_record_free(r);
   st->vt->close(st);
+  if (rc) return rc;
   return cli_flush();
 }
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -125,6 +126,76 @@ int cli_flush(void) {
     return EXIT_FAIL;
   }
   return EXIT_OK;
+}
+
+/* ---- text for a terminal (cli.h has the rules) ------------------------------ */
+
+/* Is code point c one that must not reach a terminal as it is: a C1
+** control, or a bidi control that reorders what is shown around it? */
+static int hidden_cp(unsigned long c) {
+  return (c >= 0x80 && c <= 0x9F) || c == 0x200E || c == 0x200F ||
+         (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069);
+}
+
+/* The code point of the valid UTF-8 sequence p of n bytes (n >= 2). */
+static unsigned long utf8_cp(const unsigned char *p, size_t n) {
+  unsigned long c = p[0] & (0xFFu >> (n + 1));
+  for (size_t i = 1; i < n; i++) c = c << 6 | (p[i] & 0x3Fu);
+  return c;
+}
+
+/* One piece of the shown text at p: a character as it is, or its escape,
+** into out (at most 7 bytes, NUL-terminated); returns the bytes of s it
+** stands for (at least 1). */
+static size_t text_piece(const unsigned char *p, const unsigned char *end,
+                         int json, char out[8]) {
+  size_t k = *p < 0x80 ? 1 : idem__utf8_len(p, end);
+  if (*p < 0x20 || *p == 0x7F) {
+    snprintf(out, 8, json ? "\\u%04x" : "\\x%02x", *p);
+  } else if (*p == '\\' && !json) {
+    memcpy(out, "\\\\", 3);
+  } else if (k == 0) {
+    snprintf(out, 8, "\\x%02x", *p);
+    k = 1;
+  } else if (k > 1 && hidden_cp(utf8_cp(p, k))) {
+    snprintf(out, 8, "\\u%04lx", utf8_cp(p, k));
+  } else {
+    memcpy(out, p, k);
+    out[k] = '\0';
+  }
+  return k;
+}
+
+/* Append s shown, up to width columns (SIZE_MAX: all of it); *cols is set
+** to the columns written. */
+static int text_put(cli_outbuf *o, const char *s, int json, size_t width,
+                    size_t *cols) {
+  const unsigned char *p = (const unsigned char *)(s ? s : "-");
+  const unsigned char *end = p + strlen((const char *)p);
+  char piece[8];
+  *cols = 0;
+  while (p < end) {
+    size_t k = text_piece(p, end, json, piece);
+    size_t n = strlen(piece), w = (unsigned char)piece[0] < 0x80 ? n : 1;
+    if (w > width - *cols) break;
+    if (idem__buf_append(o, piece, n)) return -1;
+    *cols += w;
+    p += k;
+  }
+  return 0;
+}
+
+int cli_text(cli_outbuf *o, const char *s, int json) {
+  size_t cols;
+  return text_put(o, s, json, SIZE_MAX, &cols);
+}
+
+int cli_text_cell(cli_outbuf *o, const char *s, size_t width) {
+  size_t cols;
+  if (text_put(o, s, 0, width, &cols)) return -1;
+  for (; cols < width; cols++)
+    if (idem__buf_append(o, " ", 1)) return -1;
+  return 0;
 }
 
 /* The result of a command as JSON: its stdout when that is a JSON text,

@@ -50,6 +50,36 @@ expect "show missing" 1 "$?"
 out=$("$IDEM" show --json s2 c3)
 has "show --json" "$out" '"state":"in_doubt"'
 
+# the ids are the client's: ls and show write their control bytes, C1 and
+# bidi controls escaped (\xNN, \uNNNN, a backslash as \\), never raw - an
+# ESC [ in an id would drive the terminal, a CR hide what came before it
+# (a log of its own: the counts below stay as they are)
+raw_controls() { # the lines of stdin holding a control other than \n
+  python3 -c 'import sys
+for l in sys.stdin.buffer.read().decode("utf-8", "replace").split("\n"):
+    if any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f or c == "\u202e" for c in l):
+        print(repr(l))'
+}
+NS=$'s\e[31mred\r\n\a'
+NC=$'c\\1\xc2\x9b2J\xe2\x80\xae\x7fé'
+"$IDEM" exec --log "sqlite:$T/ids.db" --session "$NS" --call "$NC" --tool t \
+  -- printf 'x' > /dev/null
+expect "escaped ids: exec" 0 "$?"
+out=$("$IDEM" ls --log "sqlite:$T/ids.db")
+expect "ls: no raw control" "" "$(printf '%s\n' "$out" | raw_controls)"
+expect "ls: one row" 2 "$(printf '%s\n' "$out" | wc -l | tr -d ' ')"
+has "ls: session escaped" "$out" 's\x1b[31mred\x0d\x0a '
+has "ls: call escaped, cut to its column" "$out" 'c\\1\u009b2J\u202e   t '
+out=$("$IDEM" show --log "sqlite:$T/ids.db" "$NS" "$NC")
+expect "show: no raw control" "" "$(printf '%s\n' "$out" | raw_controls)"
+expect "show: 22 lines" 22 "$(printf '%s\n' "$out" | wc -l | tr -d ' ')"
+has "show: session escaped" "$out" 'session       s\x1b[31mred\x0d\x0a\x07
+call          c\\1\u009b2J\u202e\x7fé
+'
+has "show: JSON stays JSON" "$out" 'result        "x"'
+out=$("$IDEM" show --json --log "sqlite:$T/ids.db" "$NS" "$NC")
+has "show --json: JSON escapes" "$out" '"session":"s\u001b[31mred\r\n\u0007"'
+
 # stats
 out=$("$IDEM" stats --json)
 has "stats succeeded" "$out" '"succeeded":2'
