@@ -224,7 +224,7 @@ static int sim_mode_ex(demo *d, const char *mode, int count, int dedupe) {
   h.url = url;
   h.send_body = 1;
   h.on_409 = h.on_429 = h.on_5xx = IDEM_OUTCOME_UNKNOWN;
-  cli_http_request(&h, NULL, body, strlen(body), 5000, &a);
+  cli_http_request(&h, "_mode", NULL, body, strlen(body), 5000, &a);
   ok = a.status == 200;
   if (!ok) cli_err("the simulator refused mode %s: %s", mode, a.error);
   cli_http_answer_free(&a);

@@ -71,9 +71,10 @@ static int check_http(const idem_policy *p, idem_step *s, char **result) {
     cli_err("status check %s: %s", tool, a.error);
     return outcome;
   }
-  if (cli_http_request(&st->http, idem_step_check_key(s), args, alen,
-                       idem_step_deadline_ms(s), &a) == 0 &&
-      a.status >= 200 && a.status <= 299 && !a.truncated) {
+  if (cli_http_request(&st->http, tool, idem_step_check_key(s), args, alen,
+                       idem_step_deadline_ms(s), &a) != 0)
+    cli_err("status check %s: %s", tool, a.error); /* nothing sent */
+  else if (a.status >= 200 && a.status <= 299 && !a.truncated) {
     outcome = idem_step_check_verdict(s, a.body, a.body_len);
     if (outcome == IDEM_OUTCOME_APPLIED && a.body) {
       *result = a.body;

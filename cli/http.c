@@ -111,18 +111,20 @@ static int put_value(idem__buf *b, const char *v, size_t n, int url,
   return put(b, v, n);
 }
 
-char *cli_http_fill(const char *tmpl, int url, const char *args,
-                    size_t args_len, const char *key, char *err, size_t errn) {
+/* Append template tmpl filled to b (whose cap bounds it: IDEM_RANGE);
+** 0, or nonzero with the reason in err (except for IDEM_RANGE and
+** IDEM_NOMEM, which the caller words). */
+static int fill_into(idem__buf *b, const char *tmpl, int url, const char *args,
+                     size_t args_len, const char *key, char *err,
+                     size_t errn) {
   json_t *obj = NULL;
-  idem__buf b;
   const char *p = tmpl, *open, *close;
   char what[300];
   int rc = 0;
-  idem__buf_init(&b, (size_t)1 << 20);
   while (!rc && (open = strchr(p, '{')) && (close = strchr(open, '}'))) {
     const char *name = open + 1;
     size_t n = (size_t)(close - name);
-    rc = put(&b, p, (size_t)(open - p));
+    rc = put(b, p, (size_t)(open - p));
     p = close + 1;
     if (rc) break;
     snprintf(what, sizeof what, "{%.*s}", (int)(n < 200 ? n : 200), name);
@@ -131,7 +133,7 @@ char *cli_http_fill(const char *tmpl, int url, const char *args,
         snprintf(err, errn, "%s: this call has no key", what);
         rc = -1;
       } else {
-        rc = put_value(&b, key, strlen(key), url, what, err, errn);
+        rc = put_value(b, key, strlen(key), url, what, err, errn);
       }
     } else if (n > 5 && memcmp(name, "$env:", 5) == 0) {
       char var[256];
@@ -142,7 +144,7 @@ char *cli_http_fill(const char *tmpl, int url, const char *args,
                  var);
         rc = -1;
       } else {
-        rc = put_value(&b, v, strlen(v), 0, what, err, errn);
+        rc = put_value(b, v, strlen(v), 0, what, err, errn);
       }
     } else {
       json_t *v;
@@ -161,7 +163,7 @@ char *cli_http_fill(const char *tmpl, int url, const char *args,
         snprintf(err, errn, "%s: the call has no argument of that name", what);
         rc = -1;
       } else if (json_is_string(v)) {
-        rc = put_value(&b, json_string_value(v), json_string_length(v), url,
+        rc = put_value(b, json_string_value(v), json_string_length(v), url,
                        what, err, errn);
       } else if (json_is_object(v) || json_is_array(v)) {
         snprintf(err, errn,
@@ -172,28 +174,57 @@ char *cli_http_fill(const char *tmpl, int url, const char *args,
       } else if (!(text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT))) {
         rc = IDEM_NOMEM;
       } else {
-        rc = put_value(&b, text, strlen(text), url, what, err, errn);
+        rc = put_value(b, text, strlen(text), url, what, err, errn);
         free(text);
       }
     }
   }
-  if (!rc) rc = put(&b, p, strlen(p));
-  if (!rc) rc = put(&b, "", 1);
+  if (!rc) rc = put(b, p, strlen(p));
   json_decref(obj);
-  if (rc) {
-    if (rc == IDEM_NOMEM) snprintf(err, errn, "out of memory");
-    idem__buf_free(&b);
-    return NULL;
-  }
-  {
-    char *out = malloc(b.len);
-    if (out)
-      memcpy(out, b.p, b.len);
-    else
-      snprintf(err, errn, "out of memory");
-    idem__buf_free(&b);
-    return out;
-  }
+  return rc;
+}
+
+char *cli_http_fill(const char *tmpl, int url, const char *args,
+                    size_t args_len, const char *key, char *err, size_t errn) {
+  idem__buf b;
+  char *out = NULL;
+  int rc;
+  idem__buf_init(&b, CLI_HTTP_MAX_FILLED);
+  rc = fill_into(&b, tmpl, url, args, args_len, key, err, errn);
+  if (!rc) rc = put(&b, "", 1);
+  if (rc == IDEM_RANGE)
+    snprintf(err, errn, "the template filled is longer than %zu bytes",
+             CLI_HTTP_MAX_FILLED - 1);
+  else if (rc == IDEM_NOMEM || (!rc && !(out = malloc(b.len))))
+    snprintf(err, errn, "out of memory");
+  else if (!rc)
+    memcpy(out, b.p, b.len);
+  idem__buf_free(&b);
+  return out;
+}
+
+/* The header line "NAME: VALUE", the value template tmpl filled, into b
+** (reset first), NUL-terminated.  A header goes out whole or the request
+** does not go out: a line longer than CLI_HTTP_MAX_HEADER is an error
+** that names the header and the tool, before anything is sent. */
+static int header_line(idem__buf *b, const char *tool, const char *name,
+                       const char *tmpl, const char *args, size_t args_len,
+                       const char *key, char *err, size_t errn) {
+  int rc;
+  idem__buf_free(b);
+  idem__buf_init(b, CLI_HTTP_MAX_HEADER + 1);
+  rc = put(b, name, strlen(name));
+  if (!rc) rc = put(b, ": ", 2);
+  if (!rc) rc = fill_into(b, tmpl, 0, args, args_len, key, err, errn);
+  if (!rc) rc = put(b, "", 1);
+  if (rc == IDEM_RANGE)
+    snprintf(err, errn,
+             "the header %.100s of tool %.100s is longer than %zu bytes "
+             "(its name, \": \" and its value): the request was not sent",
+             name, tool ? tool : "(none)", CLI_HTTP_MAX_HEADER);
+  else if (rc == IDEM_NOMEM)
+    snprintf(err, errn, "out of memory");
+  return rc;
 }
 
 /* ---- what an answer means ---------------------------------------------------- */
@@ -274,11 +305,12 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud) {
   return size * n; /* keep reading (and discarding) past the limit */
 }
 
-int cli_http_request(const idem__http_rule *h, const char *key,
-                     const char *args, size_t args_len, long long timeout_ms,
-                     cli_http_answer *a) {
+int cli_http_request(const idem__http_rule *h, const char *tool,
+                     const char *key, const char *args, size_t args_len,
+                     long long timeout_ms, cli_http_answer *a) {
   struct curl_slist *hdrs = NULL, *nh;
-  char *url, line[8192], cerr[CURL_ERROR_SIZE];
+  char *url, cerr[CURL_ERROR_SIZE];
+  idem__buf line;
   CURL *e = NULL;
   CURLcode rc;
   curl_off_t sent = 0;
@@ -294,20 +326,22 @@ int cli_http_request(const idem__http_rule *h, const char *key,
   url =
       cli_http_fill(h->url, 1, args, args_len, key, a->error, sizeof a->error);
   if (!url) return -1;
+  idem__buf_init(&line, 0);
   for (i = 0; i < h->nheaders; i++) {
-    char *v = cli_http_fill(h->hvalue[i], 0, args, args_len, key, a->error,
-                            sizeof a->error);
-    if (!v) goto fail;
-    snprintf(line, sizeof line, "%s: %s", h->hname[i], v);
-    free(v);
-    if (!(nh = curl_slist_append(hdrs, line))) goto nomem;
+    if (header_line(&line, tool, h->hname[i], h->hvalue[i], args, args_len,
+                    key, a->error, sizeof a->error))
+      goto fail;
+    if (!(nh = curl_slist_append(hdrs, line.p))) goto nomem;
     hdrs = nh;
   }
   if (h->key_header && key) {
-    snprintf(line, sizeof line, "%s: %s", h->key_header, key);
-    if (!(nh = curl_slist_append(hdrs, line))) goto nomem;
+    if (header_line(&line, tool, h->key_header, "{$key}", NULL, 0, key,
+                    a->error, sizeof a->error))
+      goto fail;
+    if (!(nh = curl_slist_append(hdrs, line.p))) goto nomem;
     hdrs = nh;
   }
+  idem__buf_free(&line);
   if (h->send_body) {
     if (!(nh = curl_slist_append(hdrs, "Content-Type: application/json")))
       goto nomem;
@@ -361,6 +395,7 @@ int cli_http_request(const idem__http_rule *h, const char *key,
 nomem:
   snprintf(a->error, sizeof a->error, "out of memory");
 fail:
+  idem__buf_free(&line);
   curl_easy_cleanup(e);
   curl_slist_free_all(hdrs);
   free(url);

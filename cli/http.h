@@ -12,6 +12,14 @@
 /* The largest response body kept; a longer one is cut (and said so). */
 #define CLI_HTTP_MAX_BODY ((size_t)4 << 20)
 
+/* The longest header line sent, "NAME: VALUE" (a signature, a token, a
+** value from the arguments): a longer one fails the request, naming the
+** header and the tool, and nothing is sent - never a header cut short. */
+#define CLI_HTTP_MAX_HEADER ((size_t)64 << 10)
+
+/* The largest filled template (a URL) with its NUL. */
+#define CLI_HTTP_MAX_FILLED ((size_t)1 << 20)
+
 /* What one exchange ended with. */
 typedef struct cli_http_answer {
   int outcome; /* enum idem_outcome                          */
@@ -51,14 +59,16 @@ void cli_http_classify(const idem__http_rule *h, int sent, int failed,
 ** callers check first to fail before anything is written. */
 int cli_http_load(char *err, size_t errn);
 
-/* Make the request of tool rule h with the key and arguments, within
-** timeout_ms; a is filled (free a->body).  Returns 0, or -1 when the
-** request could not even be built (a->error says why; nothing was sent,
-** a->outcome is REJECTED: the same call would fail the same way - or
-** NOT_APPLIED when libcurl could not be loaded). */
-int cli_http_request(const idem__http_rule *h, const char *key,
-                     const char *args, size_t args_len, long long timeout_ms,
-                     cli_http_answer *a);
+/* Make the request of tool rule h (of the tool named tool, for messages)
+** with the key and arguments, within timeout_ms; a is filled (free
+** a->body).  Returns 0, or -1 when the request could not even be built (a
+** template that cannot be filled, a header over CLI_HTTP_MAX_HEADER):
+** a->error says why, nothing was sent, a->outcome is REJECTED - the same
+** call would fail the same way - or NOT_APPLIED when libcurl could not be
+** loaded. */
+int cli_http_request(const idem__http_rule *h, const char *tool,
+                     const char *key, const char *args, size_t args_len,
+                     long long timeout_ms, cli_http_answer *a);
 
 void cli_http_answer_free(cli_http_answer *a);
 

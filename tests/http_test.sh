@@ -13,8 +13,10 @@ PAYSIM=${2:?usage: http_test.sh IDEM PAYSIM}
 T=$(mktemp -d "${TMPDIR:-/tmp}/idem-http-XXXXXX") || exit 1
 SIM=
 sim_gone() { while kill -0 "$SIM" 2>/dev/null; do sleep 0.05; done; SIM=; }
+HSRV=
 cleanup() {
   [ -n "$SIM" ] && kill "$SIM" 2>/dev/null && sim_gone
+  [ -n "$HSRV" ] && kill "$HSRV" 2>/dev/null && wait "$HSRV" 2>/dev/null
   rm -rf "$T"
 }
 trap cleanup EXIT
@@ -208,6 +210,57 @@ has "no http message" "$err" 'no "http" rule'
 expect "no policy" 2 "$?"
 call "$P" c15 '{"order_id":'
 expect "bad arguments" 65 "$RC"
+
+# -- a header value filled from the arguments goes out whole, however long
+# (up to 64 KB a header line); a longer one fails the call before anything
+# is sent, naming the header and the tool - never a header cut short.  The
+# server (Python's, which takes header lines up to 64 KB) keeps each
+# request's X-Sig.
+cat >"$T/hdr_server.py" <<'PY'
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with open(sys.argv[2], "a") as f:
+            f.write(self.headers.get("X-Sig", "") + "\n")
+        body = b'{"object":"signed"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(s.server_address[1]))
+import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+s.serve_forever()
+PY
+python3 "$T/hdr_server.py" "$T/hport" "$T/sigs" 2>>"$T/hdr_server.log" &
+HSRV=$!
+for _ in $(seq 200); do [ -s "$T/hport" ] && break; sleep 0.05; done
+: >"$T/sigs"
+export HDR_URL=http://127.0.0.1:$(cat "$T/hport")
+cat >"$T/signed.json" <<'P'
+{"tools": {"sign": {"class": "guarded", "retries": 0, "timeout_ms": 5000,
+  "http": {"url": "{$env:HDR_URL}/v1/signed", "headers": {"X-Sig": "{sig}"}}}}}
+P
+sig() { head -c "$1" /dev/zero | tr '\0' "$2"; }
+OUT=$("$IDEM" call --policy "$T/signed.json" --log "$LOG" --session h --call h1 \
+  --tool sign --args "{\"sig\":\"$(sig 40000 a)\"}" 2>"$T/err")
+expect "40 KB header: exit" 0 "$?"
+has "40 KB header: applied" "$OUT" '"status":"succeeded"'
+expect "40 KB header: one request" 1 "$(grep -c . "$T/sigs")"
+expect "40 KB header: the whole value arrived" "$(sig 40000 a)" "$(head -n 1 "$T/sigs")"
+OUT=$("$IDEM" call --policy "$T/signed.json" --log "$LOG" --session h --call h2 \
+  --tool sign --args "{\"sig\":\"$(sig 70000 b)\"}" 2>"$T/err")
+expect "70 KB header: exit" 1 "$?"
+has "70 KB header: failed" "$OUT" '"status":"failed"'
+has "70 KB header: says why" "$OUT" 'the header X-Sig of tool sign is longer than 65536 bytes'
+has "70 KB header: nothing sent" "$OUT" 'the request was not sent'
+expect "70 KB header: no request" 1 "$(grep -c . "$T/sigs")"
+has "70 KB header: recorded failed" "$("$IDEM" show --json --log "$LOG" h h2)" '"state":"failed"'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
