@@ -80,6 +80,34 @@ has "show: JSON stays JSON" "$out" 'result        "x"'
 out=$("$IDEM" show --json --log "sqlite:$T/ids.db" "$NS" "$NC")
 has "show --json: JSON escapes" "$out" '"session":"s\u001b[31mred\r\n\u0007"'
 
+# a log of ours that grants other users access (0644: made by hand, copied,
+# another tool's umask) loses those bits when it is opened, and so do its
+# -wal and -shm (SQLite gives the ones it creates the log's mode); the
+# group's bits stay.  A reader (Python's sqlite3) holds the -wal and -shm
+# open meanwhile, so that they exist before the call, world-readable too.
+DB=$T/open.db
+"$IDEM" exec --log "sqlite:$DB" --session m --call m1 --tool t -- true > /dev/null
+python3 -c 'import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1])
+c.execute("SELECT count(*) FROM attempts").fetchall()
+open(sys.argv[1] + ".held", "w").close()
+time.sleep(30)' "$DB" &
+HOLD=$!
+for _ in $(seq 100); do [ -e "$DB.held" ] && break; sleep 0.05; done
+chmod 0644 "$DB" "$DB-wal" "$DB-shm"
+modes() { stat -c %a "$DB" "$DB-wal" "$DB-shm" | tr '\n' ' '; }
+out=$("$IDEM" exec --log "sqlite:$DB" --session m --call m2 --tool t \
+  --args '{"n":2}' -- sh -c 'stat -c %a "$0" "$0-wal" "$0-shm" | tr "\n" " "' \
+  "$DB")
+expect "mode: exec" 0 "$?"
+has "mode: closed to others during the call" "$out" '"result":"640 640 640 "'
+expect "mode: after the call" "640 640 640 " "$(modes)"
+kill "$HOLD"
+wait "$HOLD" 2>/dev/null
+chmod 0606 "$DB"
+"$IDEM" ls --log "sqlite:$DB" > /dev/null
+expect "mode: ls closes it too" 600 "$(stat -c %a "$DB")"
+
 # stats
 out=$("$IDEM" stats --json)
 has "stats succeeded" "$out" '"succeeded":2'

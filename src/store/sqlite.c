@@ -9,7 +9,13 @@
 ** here with open(O_CREAT|O_EXCL, 0600) - and missing parent directories with
 ** mode 0700 - then synced with its directory, before SQLite opens it, so
 ** the records are never readable by other users; SQLite gives the -wal and
-** -shm files the same mode.  It is marked as ours by PRAGMA application_id
+** -shm files the same mode.  An existing log is used with its mode, less
+** what it grants other users: when this process owns the file, the "other"
+** bits of it, then of its -wal and -shm, are taken away before SQLite opens
+** it (the records hold tool arguments, and the -wal and -shm SQLite makes
+** take the log's mode).  The group's bits stay: a log shared by a group is
+** a setup, not a mistake.  A log of another owner is used as it is: its
+** mode is its owner's choice.  It is marked as ours by PRAGMA application_id
 ** = 0x6964656d ("idem") and versioned by PRAGMA user_version:
 **
 **   user_version 0, no objects        a new file: migrate to the latest
@@ -1268,14 +1274,38 @@ static void sync_parent(const char *path) {
   }
 }
 
-/* Make sure the file exists, creating it (and its directories) private. */
+/* Take other users' access away from the log and its -wal and -shm, those
+** of them this process owns (THE FILE, above).  The log goes first: a -wal
+** or -shm SQLite creates meanwhile takes its mode.  By path, never by an
+** open and close: closing a descriptor of the log would drop the POSIX
+** locks SQLite holds on it in this process.  Best effort: a mode that
+** cannot be changed (a read-only file system) is left as it is. */
+static void close_to_others(const char *path) {
+  static const char *const suffix[] = {"", "-wal", "-shm"};
+  char p[PATH_MAX];
+  struct stat sb;
+  size_t i;
+  for (i = 0; i < sizeof suffix / sizeof *suffix; i++) {
+    int k = snprintf(p, sizeof p, "%s%s", path, suffix[i]);
+    if (k < 0 || (size_t)k >= sizeof p) return;
+    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+        (sb.st_mode & S_IRWXO))
+      (void)chmod(p, sb.st_mode & 07770);
+  }
+}
+
+/* Make sure the file exists, creating it (and its directories) private;
+** an existing one is made no more than group-readable when ours. */
 static int prepare_file(const char *path, char *msg, size_t n) {
   struct stat sb;
   int fd, rc;
   if (stat(path, &sb) == 0) {
-    if (S_ISREG(sb.st_mode)) return IDEM_OK;
-    snprintf(msg, n, "%s: not a regular file", path);
-    return IDEM_STORE;
+    if (!S_ISREG(sb.st_mode)) {
+      snprintf(msg, n, "%s: not a regular file", path);
+      return IDEM_STORE;
+    }
+    close_to_others(path);
+    return IDEM_OK;
   }
   if (errno != ENOENT) {
     snprintf(msg, n, "%s: %s", path, strerror(errno));
