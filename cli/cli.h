@@ -176,8 +176,13 @@ void cli_exec_describe(const cli_run_result *res, long long deadline,
 #define CLI_MAX_OUTPUT ((size_t)16 << 20)
 
 /* The result of a command as JSON: its stdout when that is a JSON text,
-** else stdout as a string (one trailing newline dropped, bad UTF-8 bytes as
-** U+FFFD).  NULL for empty output.  free() it. */
+** else stdout as a string (one trailing newline dropped) - when stdout is
+** text, valid UTF-8 without a NUL.  Other bytes are no string: they are
+** kept exactly, all of them, as {"io.idem/base64": "..."} (RFC 4648
+** base64), which a replay answers with as it is, so that the bytes the
+** command wrote can always be had back.  NULL for empty output.  free()
+** it. */
+#define CLI_RESULT_BYTES "io.idem/base64"
 char *cli_result_json(const char *out, size_t len);
 
 /* Run the status command cmd of the action step s is checking: sh -c cmd,

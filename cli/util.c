@@ -198,16 +198,58 @@ int cli_text_cell(cli_outbuf *o, const char *s, size_t width) {
   return 0;
 }
 
-/* The result of a command as JSON: its stdout when that is a JSON text,
-** else stdout as a string (one trailing newline dropped, bad UTF-8 bytes as
-** U+FFFD).  NULL for empty output.  free() it. */
+/* Is [p, p+n) text: valid UTF-8 without a NUL? */
+static int is_text(const char *p, size_t n) {
+  const unsigned char *q = (const unsigned char *)p, *end = q + n;
+  while (q < end) {
+    size_t k = *q < 0x80 ? (size_t)(*q != 0) : idem__utf8_len(q, end);
+    if (!k) return 0;
+    q += k;
+  }
+  return 1;
+}
+
+/* {"io.idem/base64":"..."}: n bytes that are not text, all of them, in
+** base64 (RFC 4648, padded).  n is at most CLI_MAX_OUTPUT and a little:
+** the size cannot overflow. */
+static char *bytes_json(const unsigned char *p, size_t n) {
+  static const char b64[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const char head[] = "{\"" CLI_RESULT_BYTES "\":\"";
+  char *json = malloc(sizeof head - 1 + (n + 2) / 3 * 4 + 3), *w;
+  size_t i;
+  if (!json) return NULL;
+  memcpy(json, head, sizeof head - 1);
+  w = json + sizeof head - 1;
+  for (i = 0; i + 3 <= n; i += 3) {
+    unsigned long v = (unsigned long)p[i] << 16 | p[i + 1] << 8 | p[i + 2];
+    *w++ = b64[v >> 18];
+    *w++ = b64[v >> 12 & 63];
+    *w++ = b64[v >> 6 & 63];
+    *w++ = b64[v & 63];
+  }
+  if (i < n) {
+    unsigned long v = (unsigned long)p[i] << 16 |
+                      (i + 1 < n ? (unsigned long)p[i + 1] << 8 : 0);
+    *w++ = b64[v >> 18];
+    *w++ = b64[v >> 12 & 63];
+    *w++ = i + 1 < n ? b64[v >> 6 & 63] : '=';
+    *w++ = '=';
+  }
+  memcpy(w, "\"}", 3);
+  return json;
+}
+
+/* The result of a command as JSON (cli.h): text is recorded as it always
+** was; bytes that are not text, exactly, as a "io.idem/base64" object. */
 char *cli_result_json(const char *out, size_t len) {
   idem_canon *c = NULL;
   const char *canon;
-  size_t clen, bad, i;
-  idem__buf b, clean;
+  size_t clen, bad;
+  idem__buf b;
   char *json = NULL;
   if (!out || len == 0) return NULL;
+  if (!is_text(out, len)) return bytes_json((const unsigned char *)out, len);
   if (idem_canon_open(&c) != IDEM_OK) return NULL;
   idem_canon_limit(c, IDEM_LIMIT_BYTES, CLI_MAX_OUTPUT);
   if (idem_canon_json(c, out, len, &canon, &clen) == IDEM_OK) {
@@ -221,26 +263,11 @@ char *cli_result_json(const char *out, size_t len) {
   idem_canon_close(c);
   if (out[len - 1] == '\n') len--;
   idem__buf_init(&b, CLI_MAX_OUTPUT * 6 + 16);
-  idem__buf_init(&clean, CLI_MAX_OUTPUT * 3 + 16);
-  for (i = 0; i < len;) {
-    const unsigned char *p = (const unsigned char *)out + i;
-    size_t k =
-        *p < 0x80 ? 1 : idem__utf8_len(p, (const unsigned char *)out + len);
-    if (k && *p) {
-      idem__buf_append(&clean, p, k);
-      i += k;
-    } else {
-      idem__buf_append(&clean, "\xEF\xBF\xBD", 3);
-      i++;
-    }
-  }
-  if (idem__canon_string(&b, clean.p ? clean.p : "", clean.len, &bad) ==
-          IDEM_OK &&
+  if (idem__canon_string(&b, out, len, &bad) == IDEM_OK &&
       (json = malloc(b.len + 1))) {
     memcpy(json, b.p, b.len);
     json[b.len] = '\0';
   }
   idem__buf_free(&b);
-  idem__buf_free(&clean);
   return json;
 }

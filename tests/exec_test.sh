@@ -185,5 +185,37 @@ expect "locked log: no refund" 0 "$(applied)"
 kill "$locker" 2>/dev/null
 wait "$locker" 2>/dev/null
 
+# output that is not text (a NUL, a byte 0xFF: not UTF-8) is recorded
+# exactly, as {"io.idem/base64": ...}: the first answer and the replay
+# carry the bytes the command wrote, not U+FFFD in their place; text and
+# JSON are recorded as they always were
+printf 'a\0b\377c\n' > "$T/bytes"
+bytes_of() { # the bytes of the envelope's result on stdin
+  python3 -c 'import base64, json, sys
+r = json.load(sys.stdin)["result"]
+sys.stdout.buffer.write(base64.b64decode(r["io.idem/base64"]))'
+}
+dump() { # dump CALL ARGS COMMAND...: the envelope in $out
+  local call=$1 args=$2
+  shift 2
+  out=$("$IDEM" exec --log "sqlite:$T/bytes.db" --session s --call "$call" \
+    --tool dump --args "$args" -- "$@")
+}
+dump b1 '{"f":"bytes"}' cat "$T/bytes"
+has "bytes: recorded as base64" "$out" '"result":{"io.idem/base64":"YQBi/2MK"}'
+printf '%s' "$out" | bytes_of > "$T/first" 2>/dev/null
+cmp -s "$T/bytes" "$T/first" && ok || bad "bytes: the first answer's are not the command's"
+dump b1 '{"f":"bytes"}' cat "$T/bytes"
+has "bytes: replayed" "$out" '"replayed":true'
+printf '%s' "$out" | bytes_of > "$T/replay" 2>/dev/null
+cmp -s "$T/bytes" "$T/replay" && ok || bad "bytes: the replay's are not the command's"
+cmp -s "$T/first" "$T/replay" && ok || bad "bytes: the replay's differ from the first answer's"
+has "bytes: the record" "$("$IDEM" show --json --log "sqlite:$T/bytes.db" s b1)" \
+  '"result":{"io.idem/base64":"YQBi/2MK"}'
+dump t1 '{"f":"text"}' printf 'h\303\251llo\n'
+has "text: a string, as before" "$out" '"result":"h'$'\303\251''llo"'
+dump t2 '{"f":"json"}' printf '{"b": 2, "a": [1.0]}'
+has "JSON: canonical, as before" "$out" '"result":{"a":[1],"b":2}'
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
