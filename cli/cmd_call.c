@@ -28,8 +28,8 @@ static int http_attempt(void *ctx, idem_step *s, int *outcome, char **result,
   cli_http_answer a;
   size_t alen;
   const char *args = idem_step_args(s, &alen);
-  cli_http_request(&x->rule->http, x->rule->name, idem_step_key(s), args,
-                   alen, idem_step_deadline_ms(s), &a);
+  cli_http_request(&x->rule->http, x->rule->name, idem_step_key(s), args, alen,
+                   idem_step_deadline_ms(s), &a);
   *outcome = a.outcome;
   *result = NULL;
   /* a response, whatever it says, ends the exchange: nothing of this

@@ -147,8 +147,7 @@ static int ls_row(const idem_record *r, void *arg) {
 }
 
 /* One line of `idem show`: the label, then v shown (cli_text). */
-static int show_line(idem__buf *b, const char *label, const char *v,
-                     int json) {
+static int show_line(idem__buf *b, const char *label, const char *v, int json) {
   char head[16];
   snprintf(head, sizeof head, "%-14s", label);
   return put_text(b, head) || cli_text(b, v, json) || put_text(b, "\n");
@@ -191,7 +190,8 @@ static int print_text(const idem_record *r) {
        show_when(&b, "updated", r->updated) ||
        show_when(&b, "expires", r->expires) ||
        show_line(&b, "executor", r->executor, 0) ||
-       show_num(&b, "pgid", r->pgid) || show_when(&b, "settle from", r->settle_from);
+       show_num(&b, "pgid", r->pgid) ||
+       show_when(&b, "settle from", r->settle_from);
   if (!rc) fwrite(b.p, 1, b.len, stdout);
   idem__buf_free(&b);
   return rc;

@@ -115,8 +115,7 @@ static int put_value(idem__buf *b, const char *v, size_t n, int url,
 ** 0, or nonzero with the reason in err (except for IDEM_RANGE and
 ** IDEM_NOMEM, which the caller words). */
 static int fill_into(idem__buf *b, const char *tmpl, int url, const char *args,
-                     size_t args_len, const char *key, char *err,
-                     size_t errn) {
+                     size_t args_len, const char *key, char *err, size_t errn) {
   json_t *obj = NULL;
   const char *p = tmpl, *open, *close;
   char what[300];
@@ -328,8 +327,8 @@ int cli_http_request(const idem__http_rule *h, const char *tool,
   if (!url) return -1;
   idem__buf_init(&line, 0);
   for (i = 0; i < h->nheaders; i++) {
-    if (header_line(&line, tool, h->hname[i], h->hvalue[i], args, args_len,
-                    key, a->error, sizeof a->error))
+    if (header_line(&line, tool, h->hname[i], h->hvalue[i], args, args_len, key,
+                    a->error, sizeof a->error))
       goto fail;
     if (!(nh = curl_slist_append(hdrs, line.p))) goto nomem;
     hdrs = nh;
