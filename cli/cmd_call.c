@@ -77,6 +77,7 @@ int cmd_call(int argc, char **argv) {
       {"policy", required_argument, NULL, 'p'},
       {"log", required_argument, NULL, 'L'},
       {"session", required_argument, NULL, 's'},
+      {"turn", required_argument, NULL, 'u'},
       {"call", required_argument, NULL, 'c'},
       {"tool", required_argument, NULL, 't'},
       {"args", required_argument, NULL, 'a'},
@@ -84,7 +85,7 @@ int cmd_call(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *args = "{}";
-  idem_call call = {NULL, NULL, NULL, NULL, 0};
+  idem_call call = {NULL, NULL, NULL, NULL, 0, NULL};
   char *stdin_args = NULL;
   idem_policy *policy = NULL;
   idem_guard *g = NULL;
@@ -100,6 +101,7 @@ int cmd_call(int argc, char **argv) {
     case 'p': policy_path = optarg; break;
     case 'L': log = optarg; break;
     case 's': call.session = optarg; break;
+    case 'u': call.turn = optarg; break;
     case 'c': call.call_id = optarg; break;
     case 't': call.tool = optarg; break;
     case 'a': args = optarg; break;

@@ -298,6 +298,7 @@ int cmd_exec(int argc, char **argv) {
       {"policy", required_argument, NULL, 'p'},
       {"log", required_argument, NULL, 'L'},
       {"session", required_argument, NULL, 's'},
+      {"turn", required_argument, NULL, 'u'},
       {"call", required_argument, NULL, 'c'},
       {"tool", required_argument, NULL, 't'},
       {"args", required_argument, NULL, 'a'},
@@ -306,7 +307,7 @@ int cmd_exec(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *args = "{}", *status = NULL;
-  idem_call call = {NULL, NULL, NULL, NULL, 0};
+  idem_call call = {NULL, NULL, NULL, NULL, 0, NULL};
   size_t timeout = 0;
   char *stdin_args = NULL, logbuf[4200];
   idem_policy *policy = NULL;
@@ -323,6 +324,7 @@ int cmd_exec(int argc, char **argv) {
     case 'p': policy_path = optarg; break;
     case 'L': log = optarg; break;
     case 's': call.session = optarg; break;
+    case 'u': call.turn = optarg; break;
     case 'c': call.call_id = optarg; break;
     case 't': call.tool = optarg; break;
     case 'a': args = optarg; break;

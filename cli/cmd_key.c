@@ -79,7 +79,7 @@ int cmd_key(int argc, char **argv) {
       {NULL, 0, NULL, 0}};
   size_t depth = IDEM_DEFAULT_MAX_DEPTH, bytes = IDEM_DEFAULT_MAX_BYTES;
   idem_keyspec spec = {NULL, 0};
-  idem_call call = {NULL, NULL, NULL, NULL, 0};
+  idem_call call = {NULL, NULL, NULL, NULL, 0, NULL};
   int json = 0, lines = 0, ch, rc, err, truncated;
   char *text = NULL;
   idem_canon *c;

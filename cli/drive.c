@@ -20,6 +20,11 @@ int cli_call_input(const char *verb, const char *args, idem_call *call,
   if (!call->call_id || !*call->call_id)
     return cli_usage(verb, "--call is required");
   if (!call->tool || !*call->tool) return cli_usage(verb, "--tool is required");
+  if (call->turn && !*call->turn)
+    return cli_usage(verb, "--turn is empty: give the model turn's id, or "
+                           "leave it out");
+  if (!call->turn && (call->turn = getenv("IDEM_TURN")) && !*call->turn)
+    call->turn = NULL; /* IDEM_TURN= : no turn */
   if (strcmp(args, "-") == 0) {
     int trunc, err = cli_read_all(NULL, IDEM_DEFAULT_MAX_BYTES, owned,
                                   &call->args_len, &trunc);

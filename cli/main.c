@@ -52,8 +52,8 @@ const cli_verb cli_verbs[] = {
      "is explained under unknown_tools.\n"},
     {"exec", cmd_exec, "run a command-line tool through the guard",
      "usage: idem exec [--policy FILE] [--log URL] --session S --call C\n"
-     "                 --tool T [--args JSON|-] [--timeout MS] [--status CMD]\n"
-     "                 -- COMMAND [ARGS...]\n"
+     "                 --tool T [--turn ID] [--args JSON|-] [--timeout MS]\n"
+     "                 [--status CMD] -- COMMAND [ARGS...]\n"
      "\n"
      "Run COMMAND as the tool T of one call, at most once per action: the\n"
      "attempt is recorded in the log before the command starts, a repeat of\n"
@@ -72,12 +72,14 @@ const cli_verb cli_verbs[] = {
      "  --policy FILE  the policy (without it, T is guarded with defaults)\n"
      "  --log URL      the attempt log (default $IDEM_LOG, else\n"
      "                 $XDG_STATE_HOME/idem/attempts.db)\n"
+     "  --turn ID      the model turn that issued the call (default\n"
+     "                 $IDEM_TURN): identical calls of one turn run once\n"
      "  --args JSON    the arguments, a JSON object ('-': stdin; default {})\n"
      "  --timeout MS   the deadline of one attempt (default 30000)\n"
      "  --status CMD   the status check\n"},
     {"call", cmd_call, "make a guarded HTTP call of the policy",
      "usage: idem call --policy FILE [--log URL] --session S --call C\n"
-     "                 --tool T [--args JSON|-] [--verbose]\n"
+     "                 --tool T [--turn ID] [--args JSON|-] [--verbose]\n"
      "\n"
      "Make the HTTP request of tool T (its \"http\" rule in the policy:\n"
      "method, URL template, the key in the Idempotency-Key header or the\n"
@@ -91,6 +93,8 @@ const cli_verb cli_verbs[] = {
      "\n"
      "Prints the envelope and exits as idem exec does.\n"
      "\n"
+     "  --turn ID      the model turn that issued the call (default\n"
+     "                 $IDEM_TURN): identical calls of one turn run once\n"
      "  --args JSON    the arguments, a JSON object ('-': stdin; default {})\n"
      "  --verbose      tell each attempt and status check on stderr\n"},
     {"demo", cmd_demo, "the refund story, end to end, against a simulator",
@@ -120,7 +124,8 @@ const cli_verb cli_verbs[] = {
      "timeout.  Tools the policy does not name are classified from their\n"
      "tools/list annotations.  The session and call id come from the\n"
      "request's _meta \"io.idem/session\" and \"io.idem/call_id\", else\n"
-     "--session and the JSON-RPC id.  Exits with the server's status.\n"
+     "--session and the JSON-RPC id; the model turn from \"io.idem/turn\".\n"
+     "Exits with the server's status.\n"
      "See docs/MCP.md.\n"
      "\n"
      "  --policy FILE      the policy (docs/POLICY.md)\n"

@@ -24,6 +24,7 @@ void gw_gcall_free(gcall *c) {
   free(c->session);
   free(c->call_id);
   free(c->tool);
+  free(c->turn);
   free(c->args);
   json_decref(c->meta);
   free(c->result);
@@ -36,7 +37,8 @@ static void run_job(gcall *c) {
   int rc = IDEM_OK;
   switch (c->job) {
   case J_BEGIN: {
-    idem_call call = {c->session, c->call_id, c->tool, c->args, c->args_len};
+    idem_call call = {c->session, c->call_id, c->tool,
+                      c->args,    c->args_len, c->turn};
     rc = idem_guard_begin(c->g, &call, &c->s);
     break;
   }
@@ -482,8 +484,9 @@ static int meta_id(const char *line, size_t len, const json_t *meta,
     if (!json_string_length(v)) {
       snprintf(why, n,
                "_meta \"%s\" is empty; give the %s, or leave it out", name,
-               strcmp(name, "io.idem/session") ? "model's tool-call id"
-                                               : "harness's session id");
+               !strcmp(name, "io.idem/session") ? "harness's session id"
+               : !strcmp(name, "io.idem/turn")  ? "model turn's id"
+                                                : "model's tool-call id");
       return -1;
     }
     if (!(*out = gw_dupn(json_string_value(v), json_string_length(v))))
@@ -545,7 +548,8 @@ void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
   if (meta_id(line, len, meta, "io.idem/session", &c->session, why,
               sizeof why) ||
       meta_id(line, len, meta, "io.idem/call_id", &c->call_id, why,
-              sizeof why)) {
+              sizeof why) ||
+      meta_id(line, len, meta, "io.idem/turn", &c->turn, why, sizeof why)) {
     gw_client_error(w, c->cid, c->cidlen, -32602,
                     "Invalid params: idem: %s; the tool was not called", why);
     cli_err("a tools/call of %s was refused: %s", tool, why);
@@ -583,6 +587,7 @@ void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
   /* the gateway's own members are not the server's business */
   json_object_del(c->meta, "io.idem/session");
   json_object_del(c->meta, "io.idem/call_id");
+  json_object_del(c->meta, "io.idem/turn");
   json_object_del(c->meta, "io.idem/key");
   gw_live_add(w, c);
   step(w, c, J_BEGIN);

@@ -47,6 +47,7 @@ struct gcall {
   size_t cidlen;
   json_t *cidv;
   char *session, *call_id, *tool;
+  char *turn; /* _meta "io.idem/turn", or NULL */
   char *args;
   size_t args_len;
   json_t *meta; /* the client's _meta, sent on downstream */

@@ -170,6 +170,13 @@ typedef struct idem_call {
   const char *tool;    /* the tool's name, non-empty UTF-8         */
   const char *args;    /* the arguments: a JSON object text ...    */
   size_t args_len;     /* ... of this many bytes                   */
+  /* The model turn that issued the call, or NULL (SPEC §6.4): identical
+  ** calls of one turn are one decision, and coalesce into one action even
+  ** when the first has finished and been delivered.  Without it, calls
+  ** that begin within the tool's coalesce_ms of each other count as one
+  ** turn.  Any non-empty text the harness keeps for the turn (the model
+  ** response's id, say). */
+  const char *turn;
 } idem_call;
 
 /* How a tool's keys are made; a NULL spec means the defaults. */
@@ -309,6 +316,7 @@ typedef struct idem_record {
                          /* it shares (the server behind idem mcp); 0    */
   long long settle_from; /* its deadline, or its executor's death if seen */
                          /* first: settle_ms counts from here            */
+  char *turn;            /* the model turn of the call, or NULL           */
 } idem_record;
 
 /* Free a record from the library.  NULL is a no-op. */

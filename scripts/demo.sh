@@ -54,33 +54,33 @@ expect_refunds() {
   if [ "$(refunds)" = "$1" ]; then printf '  %sthe provider has applied %s refund(s)%s\n' "$G" "$1" "$N";
   else printf '  %sthe provider has applied %s refunds, expected %s%s\n' "$R" "$(refunds)" "$1" "$N"; fail=1; fi
 }
-exec_refund() { # CALL [extra args]
-  c=$1; shift
-  "$idem" exec --session sess_1 --call "$c" --tool refund_payment \
+exec_refund() { # TURN CALL [extra args]: the model turn, its call id
+  t=$1 c=$2; shift 2
+  "$idem" exec --session sess_1 --turn "$t" --call "$c" --tool refund_payment \
     --args '{"order_id":"ord_1","amount_cents":6000}' "$@" -- "$tool" 2>/dev/null | sed 's/^/    /'
 }
 
 step "7. Through the guard: the refund times out after the provider applied it (it stalls 2 s, the deadline is 0.5 s); the status check settles it."
-REFUND_MODE=stall STALL=2 exec_refund toolu_20 --timeout 500 --status "$check"
+REFUND_MODE=stall STALL=2 exec_refund turn_1 toolu_20 --timeout 500 --status "$check"
 expect_refunds 1
 
 step "8. The transport retries the same call: the recorded outcome is replayed, nothing is sent."
-exec_refund toolu_20
+exec_refund turn_1 toolu_20
 expect_refunds 1
 
 step "9. A timeout with no status check: outcome unknown, and the model's re-issue (new call id) is fenced."
-REFUND_MODE=stall STALL=1 exec_refund toolu_30 --timeout 300
-exec_refund toolu_31 --timeout 300
+REFUND_MODE=stall STALL=1 exec_refund turn_2 toolu_30 --timeout 300
+exec_refund turn_3 toolu_31 --timeout 300
 expect_refunds 2
 sleep 1.2
 printf '  (the late result arrives and is recorded)\n'
-exec_refund toolu_32
+exec_refund turn_4 toolu_32
 expect_refunds 2
 
 step "10. The harness crashes right after the provider answered; on resume the call is reconciled, not repeated."
-IDEM_CRASH_AT=after_downstream_return exec_refund toolu_40 --status "$check"
+IDEM_CRASH_AT=after_downstream_return exec_refund turn_5 toolu_40 --status "$check"
 printf '  (killed)\n'
-exec_refund toolu_40 --status "$check"
+exec_refund turn_5 toolu_40 --status "$check"
 expect_refunds 3
 
 step "11. The log keeps every decision."

@@ -104,6 +104,7 @@ struct idem_step {
   idem__tool_rule scratch;
   idem_canon *c;
   char *session, *call_id, *tool;
+  char *turn; /* the model turn that issued the call, or NULL */
   char *key, *fingerprint, *args, *send_args, *fence_key;
   size_t args_len, send_len;
   char *check_args; /* status-check arguments, canonical */
@@ -370,6 +371,7 @@ static void fill_record(idem_step *s, idem_record *r, long long now) {
   r->session = s->session;
   r->call_id = s->call_id;
   r->tool = s->tool;
+  r->turn = s->turn;
   r->fingerprint = s->fingerprint;
   r->key = s->key;
   r->args = s->args;
@@ -686,7 +688,7 @@ static int decide_existing(idem_step *s, idem_record *r) {
     if (r->fence_key) {
       idem_record *e = NULL;
       rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
-                               &e);
+                               s->rule->coalesce_ms, &e);
       if (rc == IDEM_OK) {
         idem_record_free(r);
         return decide_fenced(s, e);
@@ -711,6 +713,17 @@ static int decide_existing(idem_step *s, idem_record *r) {
 
 /* Record this call as a duplicate of the earlier action e (succeeded) and
 ** answer already_applied. */
+/* Was e issued in the same model turn as this call (SPEC §6.4)?  This
+** call names its turn and e names the same; or it names none, and e began
+** within the tool's coalesce_ms before it (or after it: a racing call of
+** the same burst).  A harness that names turns names them all, so a call
+** that names one is in no unnamed turn. */
+static int same_turn(const idem_step *s, const idem_record *e) {
+  if (s->turn) return e->turn && strcmp(s->turn, e->turn) == 0;
+  return s->rule->coalesce_ms > 0 &&
+         e->created >= s->started - s->rule->coalesce_ms;
+}
+
 static int deduplicate(idem_step *s, const idem_record *e) {
   idem_record rec, *found = NULL;
   idem__change ch;
@@ -757,6 +770,14 @@ static int deduplicate(idem_step *s, const idem_record *e) {
   rc = s->g->st->vt->change(s->g->st, &ch, NULL);
   if (rc && rc != IDEM_STALE) return store_fail(s->g, rc);
   s->told = 1; /* both records say so already */
+  if (same_turn(s, e))
+    return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
+                  e->call_id,
+                  "The same %s call was already made in this turn (call id "
+                  "%s) and it went through; its result is included. This "
+                  "one was not run, so nothing was done twice. Do not call "
+                  "%s again for this.",
+                  s->tool, e->call_id, s->tool);
   return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
                 e->call_id,
                 "This %s action was already carried out by call %s, so it "
@@ -807,7 +828,8 @@ static int decide(idem_step *s) {
   if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
   now = now_ms(s);
   fill_record(s, &rec, now);
-  rc = st->vt->begin(st, &rec, s->rule->repeat_window_s * 1000, &what, &r);
+  rc = st->vt->begin(st, &rec, s->rule->repeat_window_s * 1000,
+                     s->rule->coalesce_ms, &what, &r);
   if (rc) return store_fail(s->g, rc);
   switch (what) {
   case IDEM__BEGIN_INSERTED:
@@ -1008,8 +1030,13 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
   s->session = idem__strdup(call->session ? call->session : "");
   s->call_id = idem__strdup(call->call_id ? call->call_id : "");
   s->tool = idem__strdup(call->tool);
-  if (step_attach(s, g) || !s->session || !s->call_id || !s->tool)
+  s->turn = call->turn ? idem__strdup(call->turn) : NULL;
+  if (step_attach(s, g) || !s->session || !s->call_id || !s->tool ||
+      (call->turn && !s->turn))
     return gfail(IDEM_NOMEM, "out of memory");
+  if (call->turn && !*call->turn)
+    return gfail(IDEM_MISUSE, "the turn id is empty: give the model turn's "
+                              "id, or none");
   s->rule = idem__policy_rule(g->policy, s->tool, &s->scratch);
 
   if (s->rule->cls == IDEM_CLASS_REFUSED)
@@ -1502,6 +1529,7 @@ void idem_step_free(idem_step *s) {
   idem__free(s->session);
   idem__free(s->call_id);
   idem__free(s->tool);
+  idem__free(s->turn);
   idem__free(s->key);
   idem__free(s->fingerprint);
   idem__free(s->args);

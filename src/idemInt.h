@@ -223,6 +223,8 @@ typedef struct idem__tool_rule {
   size_t nfence;                /* none: the whole fingerprint        */
   int fence_global;             /* fence_scope "global" (0: session)  */
   int64_t repeat_window_s;      /* told outcomes still fence (0)      */
+  int64_t coalesce_ms;          /* identical calls without a turn id  */
+                                /* this close count as one turn (1000) */
   int64_t retention_s;          /* records kept this long (604800)    */
   int has_status;
   idem__status_rule status;
@@ -341,12 +343,15 @@ typedef struct idem__store_vt {
   ** before the model was told, as parallel calls of one turn are; in the
   ** same millisecond counts as after, for the answer is handed over only
   ** once its delivery is recorded - or
-  ** created at or after now - repeat_window_ms), FENCED and
+  ** created at or after now - repeat_window_ms, or of the same model turn:
+  ** rec names it and it is the same, or rec names none and it was created
+  ** at or after rec->created - coalesce_ms (when > 0)), FENCED and
   ** *found = the newest such; else insert rec (state PENDING, token 1) and
   ** sync it to disk before returning INSERTED.
   */
   int (*begin)(idem__store *st, const idem_record *rec,
-               long long repeat_window_ms, int *what, idem_record **found);
+               long long repeat_window_ms, long long coalesce_ms, int *what,
+               idem_record **found);
   /* Insert rec as it is (a DEDUPLICATED record); IDEM__BEGIN_FOUND and
   ** *found when the action exists already. */
   int (*insert)(idem__store *st, const idem_record *rec, int *what,
@@ -357,7 +362,8 @@ typedef struct idem__store_vt {
   ** (an action about to run again must not repeat one that a later call
   ** carried out): *found, or IDEM_NOTFOUND. */
   int (*fence)(idem__store *st, const idem_record *rec,
-               long long repeat_window_ms, idem_record **found);
+               long long repeat_window_ms, long long coalesce_ms,
+               idem_record **found);
   /* Apply ch if its condition holds: IDEM_OK and *now the record after it;
   ** IDEM_STALE and *now the record as it is; IDEM_NOTFOUND.  now may be
   ** NULL. */

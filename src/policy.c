@@ -393,6 +393,7 @@ void idem__rule_defaults(idem__tool_rule *r, const char *name) {
   r->wait_ms = 2000;
   r->settle_ms = -1; /* no bound: an attempt may land at any time */
   r->on_is_error = IDEM_OUTCOME_UNKNOWN;
+  r->coalesce_ms = 1000; /* docs/FENCE.md: why one second */
   r->provider_dedupes = 0;
   r->provider_key_ttl_s = 86400;
   r->key_max_len = IDEM_DEFAULT_KEY_MAX_LEN;
@@ -459,7 +460,8 @@ enum {
   F_STATUS,
   F_EXIT_CODES,
   F_HTTP,
-  F_ON_IS_ERROR
+  F_ON_IS_ERROR,
+  F_COALESCE_MS
 };
 
 static const char *const TOOL_FIELDS[] = {"class",
@@ -481,6 +483,7 @@ static const char *const TOOL_FIELDS[] = {"class",
                                           "exit_codes",
                                           "http",
                                           "on_is_error",
+                                          "coalesce_ms",
                                           NULL};
 
 /* What only a guarded tool can have (NULL: any class): there is no record,
@@ -505,6 +508,7 @@ static const char *const GUARDED_ONLY[] = {NULL,
                                            "exit_codes",
                                            NULL,
                                            "an on_is_error",
+                                           "a coalesce_ms",
                                            NULL};
 
 static const char *const CLASS_NAMES[] = {"guarded", "idempotent", "read_only",
@@ -978,6 +982,9 @@ static int parse_tool(ctx *c, json_t *obj, idem__tool_rule *r) {
       break;
     case F_STATUS: rc = parse_status(c, v, r); break;
     case F_EXIT_CODES: rc = parse_exit_codes(c, v, r); break;
+    case F_COALESCE_MS:
+      rc = want_int(c, v, 0, 3600000, &r->coalesce_ms);
+      break;
     case F_ON_IS_ERROR:
       if (!(rc = want_enum(c, v, ANSWER_OUTCOMES, &i)))
         r->on_is_error = ANSWER_OUTCOME_VALUES[i];
@@ -1373,6 +1380,18 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
            "already_applied too");
   }
   say(t, ".\n\n");
+
+  say(t, "One turn, one action: identical calls the model made in one turn "
+         "are one decision. When the harness names the turn, the first "
+         "identical call of a turn runs and the others are answered "
+         "already_applied with its result, even after it was told. Calls "
+         "without a turn id count as one turn when they begin within ");
+  if (r->coalesce_ms > 0) {
+    say_ms(t, r->coalesce_ms);
+    say(t, " of each other (coalesce_ms).\n\n");
+  } else
+    say(t, "... no window: coalesce_ms is 0, so without a turn id only the "
+           "fence above holds them.\n\n");
 
   say(t,
       "The key: idem mints SESSION:CALLID:DIGEST, DIGEST being the first "

@@ -47,6 +47,7 @@ void idem_record_free(idem_record *r) {
   idem__free(r->error);
   idem__free(r->duplicate_of);
   idem__free(r->executor);
+  idem__free(r->turn);
   idem__free(r);
 }
 
@@ -66,7 +67,7 @@ idem_record *idem__record_dup(const idem_record *r) {
       dup_str(&d->fence_key, r->fence_key) & dup_str(&d->owner, r->owner) &
       dup_str(&d->result, r->result) & dup_str(&d->error, r->error) &
       dup_str(&d->duplicate_of, r->duplicate_of) &
-      dup_str(&d->executor, r->executor))
+      dup_str(&d->executor, r->executor) & dup_str(&d->turn, r->turn))
     return d;
   idem_record_free(d);
   return NULL;

@@ -79,7 +79,7 @@ static int call(idem__store *st, const char *session, int i, long long now) {
   rec.expires = now + 604800000LL;
   /* the fence key differs per call: the common case, nothing fences */
   rec.fence_key = key;
-  if ((rc = st->vt->begin(st, &rec, 0, &what, NULL)) != IDEM_OK) return rc;
+  if ((rc = st->vt->begin(st, &rec, 0, 0, &what, NULL)) != IDEM_OK) return rc;
   g_begin_us = now_us();
   if (what != IDEM__BEGIN_INSERTED) return IDEM_ERROR;
   memset(&ch, 0, sizeof ch);

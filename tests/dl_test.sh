@@ -101,8 +101,8 @@ expect "with libcurl: one refund" 1 "$(ledger)"
 
 # -- a status check over HTTP without libcurl: the action stays in doubt,
 # and recover says why; with libcurl it is settled
-CALL=c2
-call IDEM_CRASH_AT=after_pending_commit
+CALL=c2 # a later turn: the model was told c1 went through
+call IDEM_TURN=turn_2 IDEM_CRASH_AT=after_pending_commit
 expect "killed after the pending record" 137 "$RC"
 run env IDEM_LIBCURL=$NOCURL "$IDEM" recover --log "$LOG" \
   --policy "$T/policy.json" --json

@@ -39,7 +39,8 @@ out=$("$IDEM" exec --log "sqlite:$T/a.db" --session sess_1 --call toolu_7 \
   --tool refund_payment --args '{"order_id":"ord_1","amount_cents":9000}' -- "$TOOL")
 expect "conflict exit" 65 "$?"
 has "conflict" "$out" '"status":"conflict"'
-run a toolu_9
+# a later model turn: a new decision (the harness names its turns)
+IDEM_TURN=turn_2 run a toolu_9
 has "second refund" "$out" '"status":"succeeded"'
 expect "two refunds" 2 "$(applied)"
 # the key and the arguments reach the command
@@ -120,7 +121,7 @@ run f u3 --timeout 200
 expect "already applied exit" 0 "$code"
 has "already applied" "$out" '"status":"already_applied"'
 has "already applied names u1" "$out" '"duplicate_of":"u1"'
-run f u4 --timeout 2000
+IDEM_TURN=turn_2 run f u4 --timeout 2000 # told: the model's next turn
 has "a real repeat" "$out" '"status":"succeeded"'
 expect "two refunds after a real repeat" 2 "$(applied)"
 

@@ -20,7 +20,7 @@ static void test_misuse(void) {
   const char *out = "x";
   size_t n = 9;
   idem_key k;
-  idem_call call = {"s", "c", "t", "{}", 2};
+  idem_call call = {"s", "c", "t", "{}", 2, NULL};
   CHECK_INT(idem_canon_open(NULL), IDEM_MISUSE);
   CHECK_INT(idem_canon_json(NULL, "1", 1, &out, &n), IDEM_MISUSE);
   CHECK(out == NULL && n == 0);
@@ -321,7 +321,8 @@ static void test_keys(void) {
   idem_key k;
   idem_keyspec spec = {NULL, 0};
   idem_call call = {"sess_1", "toolu_7", "refund_payment",
-                    "{\"order_id\":\"ord_1\",\"amount_cents\":6000}", 0};
+                    "{\"order_id\":\"ord_1\",\"amount_cents\":6000}", 0,
+                    NULL};
   char long_id[300];
   call.args_len = strlen(call.args);
 
@@ -508,7 +509,7 @@ static void test_alloc_failures(void) {
     const char *out;
     size_t olen;
     idem_key k;
-    idem_call call = {"s", "c", "t", big, len};
+    idem_call call = {"s", "c", "t", big, len, NULL};
     int rc;
     alloc_budget = n;
     alloc_live = 0;

@@ -194,14 +194,22 @@ static const char *ARGS = "{\"order_id\":\"ord_1\",\"amount_cents\":6000}";
 
 /* Guard one call; returns the envelope (free()) and checks it names the
 ** expected status. */
+/* The model turn of the calls call() makes: next_turn() starts the next
+** one (the model was told, and decides again). */
+static int turn_no = 1;
+static void next_turn(void) { turn_no++; }
+
 static char *call(idem_guard *g, const char *session, const char *call_id,
                   const char *tool, const char *args, int with_check,
                   const char *want_status) {
-  idem_call c = {session, call_id, tool, args, strlen(args)};
+  char turn[32];
+  idem_call c = {session, call_id, tool, args, strlen(args), turn};
   idem_tool t = {refund_run, with_check ? refund_check : NULL, NULL};
   char *env = NULL, want[64];
   size_t len;
-  int rc = idem_guard_call(g, &c, &t, &env, &len);
+  int rc;
+  snprintf(turn, sizeof turn, "turn_%d", turn_no);
+  rc = idem_guard_call(g, &c, &t, &env, &len);
   if (rc != IDEM_OK) {
     fprintf(stderr, "idem_guard_call(%s): %s\n", call_id, idem_guard_errmsg(g));
     check_failed++;
@@ -221,7 +229,6 @@ static char *call(idem_guard *g, const char *session, const char *call_id,
 /* A later turn of the model: delivery times have millisecond resolution,
 ** and a call made in the very millisecond an identical outcome was told is
 ** fenced (the safe side), so a "later" call is made at least 2 ms later. */
-static void next_turn(void) { sleep_ms(2); }
 
 /* ---- the story ------------------------------------------------------------------ */
 
@@ -413,12 +420,14 @@ static void test_retries(void) {
 typedef struct racer {
   idem_guard *g;
   const char *call_id;
+  const char *turn;
   char *env;
 } racer;
 
 static void *race_main(void *arg) {
   racer *r = arg;
-  idem_call c = {"sess_r", r->call_id, "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c = {"sess_r", r->call_id, "refund_payment", ARGS, strlen(ARGS),
+                 r->turn};
   idem_tool t = {refund_run, refund_check, NULL};
   size_t len;
   idem_guard_call(r->g, &c, &t, &r->env, &len);
@@ -439,6 +448,7 @@ static void test_races(void) {
   for (i = 0; i < N; i++) {
     rs[i].g = g;
     rs[i].call_id = "toolu_same";
+    rs[i].turn = "race_1";
     rs[i].env = NULL;
     pthread_create(&th[i], NULL, race_main, &rs[i]);
   }
@@ -454,6 +464,7 @@ static void test_races(void) {
   for (i = 0; i < N; i++) {
     snprintf(ids[i], sizeof ids[i], "toolu_p%d", i);
     rs[i].call_id = ids[i];
+    rs[i].turn = "race_2"; /* parallel tool calls of the next turn */
     rs[i].env = NULL;
     pthread_create(&th[i], NULL, race_main, &rs[i]);
   }
@@ -499,7 +510,7 @@ static void test_bad_log(void) {
 static void test_two_phase(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {"sess_5", "toolu_1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c = {"sess_5", "toolu_1", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s = NULL;
   size_t len;
   const char *a;
@@ -553,7 +564,7 @@ static void test_retry_after_doubt(void) {
       "\"arguments\":{\"order_id\":\"{order_id}\"}}},"
       "\"get_refund_status\":{\"class\":\"read_only\"}}}");
   idem_guard *g = open_guard(p);
-  idem_call c = {"sess_6", "toolu_1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c = {"sess_6", "toolu_1", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s = NULL;
   const char *yes =
       "{\"data\":[{\"key\":\"sess_6:toolu_1:a280fb850f483293\"}]}";
@@ -885,7 +896,7 @@ static long long left_unknown(idem_guard *g, idem_call *c, int ended) {
 static void test_two_phase_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {"tp1", "c1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c = {"tp1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s;
   idem_record *r;
   const char *env;
@@ -991,8 +1002,8 @@ static void test_two_phase_inflight(void) {
 static void late_word_case(const char *sess, int outcome) {
   idem_policy *p = late_policy(100, 2, 0, 0, 1);
   idem_guard *g = open_guard(p);
-  idem_call c = {sess, "c1", "refund_payment", ARGS, strlen(ARGS)};
-  idem_call c2 = {sess, "c2", "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c = {sess, "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c2 = {sess, "c2", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s = timed_out(g, &c, 0), *s2 = NULL;
   idem_record *r;
   long long token = idem_step_token(s);
@@ -1047,7 +1058,7 @@ static void test_late_word_of_an_older_attempt(void) {
 static void test_recover_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {"rc1", "c1", "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c = {"rc1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_settlement v[2];
   idem_step *s = NULL;
   idem_record *r;
@@ -1141,8 +1152,8 @@ static void test_recover_inflight(void) {
 static void test_fence_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c1 = {"fe1", "c1", "refund_payment", ARGS, strlen(ARGS)};
-  idem_call c2 = {"fe1", "c2", "refund_payment", ARGS, strlen(ARGS)};
+  idem_call c1 = {"fe1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c2 = {"fe1", "c2", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s = NULL;
   idem_record *r;
   const char *env;

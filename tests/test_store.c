@@ -140,7 +140,7 @@ static long long store_now(idem__store *st) {
 static idem_record *begin_expect(idem__store *st, trec *t, long long window,
                                  int what, int line) {
   idem_record *found = NULL;
-  int got = 0, rc = st->vt->begin(st, &t->r, window, &got, &found);
+  int got = 0, rc = st->vt->begin(st, &t->r, window, 0, &got, &found);
   if (rc != IDEM_OK || got != what) {
     fprintf(stderr,
             "test_store.c:%d: begin (%s, %s): rc %d what %d, expected "
@@ -235,7 +235,7 @@ static void conf_begin(const char *url) {
   /* found is optional */
   {
     int what = 0;
-    CHECK_INT(st->vt->begin(st, &a.r, 0, &what, NULL), IDEM_OK);
+    CHECK_INT(st->vt->begin(st, &a.r, 0, 0, &what, NULL), IDEM_OK);
     CHECK_INT(what, IDEM__BEGIN_FOUND);
   }
   st->vt->close(st);
@@ -559,9 +559,9 @@ static void conf_insert_get(const char *url) {
   d.r.state = IDEM_STATE_DEDUPLICATED;
   d.r.key = NULL;
   CHECK_INT(st->vt->insert(st, &d.r, &what, NULL), IDEM_INVALID);
-  CHECK_INT(st->vt->begin(st, &d.r, 0, &what, NULL), IDEM_INVALID);
+  CHECK_INT(st->vt->begin(st, &d.r, 0, 0, &what, NULL), IDEM_INVALID);
   CHECK(strstr(st->vt->errmsg(st), "key") != NULL);
-  CHECK_INT(st->vt->begin(st, NULL, 0, &what, NULL), IDEM_INVALID);
+  CHECK_INT(st->vt->begin(st, NULL, 0, 0, &what, NULL), IDEM_INVALID);
   CHECK_INT(st->vt->get(st, NULL, "x", &got), IDEM_INVALID);
   st->vt->close(st);
 }
@@ -1057,7 +1057,7 @@ static void expect_open_fail(const char *url, int code, const char *needle) {
     check_passed++;
   }
   CHECK_INT(st->vt->get(st, "a", "b", &r), IDEM_MISUSE);
-  CHECK_INT(st->vt->begin(st, NULL, 0, &what, &r), IDEM_MISUSE);
+  CHECK_INT(st->vt->begin(st, NULL, 0, 0, &what, &r), IDEM_MISUSE);
   CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_BUSY_TIMEOUT, 1), IDEM_MISUSE);
   st->vt->close(st);
 }
@@ -1138,7 +1138,7 @@ static void *worker_main(void *arg) {
     }
     rec_init(&t, w->session, call, NULL, 1700000000000LL + i);
     what = 0;
-    if (w->st->vt->begin(w->st, &t.r, 0, &what, NULL) != IDEM_OK)
+    if (w->st->vt->begin(w->st, &t.r, 0, 0, &what, NULL) != IDEM_OK)
       w->errors++;
     else if (what == IDEM__BEGIN_INSERTED)
       w->inserted++;
@@ -1349,7 +1349,7 @@ static void test_processes(void) {
         char call[16];
         snprintf(call, sizeof call, "a%d", order[j]);
         rec_init(&t, "procs", call, NULL, 1700000000000LL);
-        if (cs->vt->begin(cs, &t.r, 0, &what, NULL) != IDEM_OK) {
+        if (cs->vt->begin(cs, &t.r, 0, 0, &what, NULL) != IDEM_OK) {
           fprintf(stderr, "  child: begin: %s\n", cs->vt->errmsg(cs));
           _exit(4);
         }
@@ -1404,7 +1404,7 @@ static void test_kill9(void) {
         char call[32];
         snprintf(call, sizeof call, "r%d-%d", r, i);
         rec_init(&t, "kill9", call, NULL, 1700000000000LL + i);
-        if (cs->vt->begin(cs, &t.r, 0, &what, NULL) != IDEM_OK) _exit(4);
+        if (cs->vt->begin(cs, &t.r, 0, 0, &what, NULL) != IDEM_OK) _exit(4);
         if (what != IDEM__BEGIN_INSERTED) _exit(5);
         write_all(fds[1], &i, sizeof i); /* only after begin returned */
       }
@@ -1665,7 +1665,7 @@ static void test_migrate_v1(void) {
   CHECK_INT(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL),
             SQLITE_OK);
   CHECK_INT(sqlite3_step(q), SQLITE_ROW);
-  CHECK_INT(sqlite3_column_int(q, 0), 2);
+  CHECK_INT(sqlite3_column_int(q, 0), 3);
   sqlite3_finalize(q);
   sqlite3_close(db);
   /* opened again: nothing to migrate, the records as they were */
@@ -1695,7 +1695,7 @@ static void test_locked(void) {
   CHECK_INT(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
   rec_init(&a, "lk", "c1", NULL, 1);
   t0 = mono_us();
-  rc = st->vt->begin(st, &a.r, 0, &what, NULL);
+  rc = st->vt->begin(st, &a.r, 0, 0, &what, NULL);
   ms = (mono_us() - t0) / 1000;
   CHECK_INT(rc, IDEM_BUSY);
   CHECK_INT(what, 0);
@@ -1756,7 +1756,7 @@ static void *fault_thread(void *arg) {
   snprintf(call, sizeof call, "t%d", a->id);
   rec_init(&t, "fault-many", call, NULL, 1);
   pthread_barrier_wait(a->bar);
-  a->rc = a->st->vt->begin(a->st, &t.r, 0, &what, NULL);
+  a->rc = a->st->vt->begin(a->st, &t.r, 0, 0, &what, NULL);
   return NULL;
 }
 
@@ -1775,7 +1775,7 @@ static void test_faults(void) {
   rec_init(&b, "fault", "c2", NULL, 1);
   /* a failing sync fails begin, and the record is not there */
   CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_FAIL_SYNC, 1), IDEM_OK);
-  rc = st->vt->begin(st, &a.r, 0, &what, NULL);
+  rc = st->vt->begin(st, &a.r, 0, 0, &what, NULL);
   CHECK_INT(rc, IDEM_STORE);
   CHECK(what != IDEM__BEGIN_INSERTED);
   CHECK(strstr(st->vt->errmsg(st), "fault.db") != NULL);
@@ -1788,7 +1788,7 @@ static void test_faults(void) {
   /* a failing write likewise */
   rec_init(&a, "fault", "c3", NULL, 1);
   CHECK_INT(idem__sqlite_config(st, IDEM__SQLITE_FAIL_WRITE, 1), IDEM_OK);
-  rc = st->vt->begin(st, &a.r, 0, &what, NULL);
+  rc = st->vt->begin(st, &a.r, 0, 0, &what, NULL);
   CHECK(rc == IDEM_STORE);
   CHECK_INT(st->vt->get(st, "fault", "c3", &r), IDEM_NOTFOUND);
   BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
@@ -2110,7 +2110,7 @@ static void test_pg_migrate_v1(void) {
   CHECK_STR(pg_value(v, sizeof v,
                      "SELECT value FROM v1mig.idem_meta"
                      " WHERE key = 'schema_version'"),
-            "2");
+            "3");
 }
 
 typedef struct opener {
@@ -2126,7 +2126,7 @@ static void *open_thread(void *arg) {
   o->rc = idem__store_open(o->url, &st);
   if (o->rc == IDEM_OK) {
     rec_init(&a, "mig", "x", NULL, 1);
-    o->rc = st->vt->begin(st, &a.r, 0, &what, NULL);
+    o->rc = st->vt->begin(st, &a.r, 0, 0, &what, NULL);
   }
   if (st) st->vt->close(st);
   return NULL;
@@ -2178,7 +2178,7 @@ static void test_pg_schema(void) {
     CHECK_STR(pg_value(v, sizeof v,
                        "SELECT value FROM fresh.idem_meta"
                        " WHERE key = 'schema_version'"),
-              "2");
+              "3");
   }
 }
 
@@ -2218,7 +2218,7 @@ static void *lost_main(void *arg) {
     snprintf(call, sizeof call, "w%d-%d", w->id, i);
     rec_init(&t, "lost", call, NULL, 1700000000000LL + i);
     what = 0;
-    if (w->st->vt->begin(w->st, &t.r, 0, &what, NULL) != IDEM_OK ||
+    if (w->st->vt->begin(w->st, &t.r, 0, 0, &what, NULL) != IDEM_OK ||
         what != IDEM__BEGIN_INSERTED) {
       fprintf(stderr, "  lost: begin %s: what %d: %s\n", call, what,
               w->st->vt->errmsg(w->st));
@@ -2311,7 +2311,7 @@ static void *few_main(void *arg) {
     snprintf(call, sizeof call, "f%d-%d", a->id, i);
     rec_init(&t, "few", call, NULL, 1700000000000LL + i);
     what = 0;
-    if (a->st->vt->begin(a->st, &t.r, 0, &what, NULL) != IDEM_OK ||
+    if (a->st->vt->begin(a->st, &t.r, 0, 0, &what, NULL) != IDEM_OK ||
         what != IDEM__BEGIN_INSERTED) {
       fprintf(stderr, "  few: %s\n", a->st->vt->errmsg(a->st));
       a->errors++;

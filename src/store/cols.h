@@ -9,7 +9,8 @@
 #define COLS                                                                   \
   "session, call_id, tool, fingerprint, key, args, fence_key, cls, state, "    \
   "attempts, owner, lease_until, token, result, error, created, updated, "     \
-  "expires, resolution, delivered, duplicate_of, executor, pgid, settle_from"
+  "expires, resolution, delivered, duplicate_of, executor, pgid, settle_from, " \
+  "turn"
 
 enum {
   C_SESSION,
@@ -36,6 +37,7 @@ enum {
   C_EXECUTOR,
   C_PGID,
   C_SETTLE_FROM,
+  C_TURN,
   N_COLS
 };
 

@@ -213,7 +213,7 @@ static idem__dl_lib libpq = {.name = "libpq",
 #define MSG_MAX 512
 #define CONNECT_MS 10000 /* connect_timeout, unless the URL sets one */
 #define CLOCK_MS 1000    /* the server's clock is read this often    */
-#define NPARAMS 26
+#define NPARAMS 28
 
 /* ---- schema ---------------------------------------------------------------- */
 
@@ -257,6 +257,8 @@ static const char *const migrations[] = {
     " ADD COLUMN settle_from bigint NOT NULL DEFAULT 0;"
     "UPDATE idem_attempts SET executor = owner, settle_from = updated"
     " WHERE state IN (1, 5);",
+    /* 3: the model turn that issued the call (SPEC §6.4) */
+    "ALTER TABLE idem_attempts ADD COLUMN turn text;",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
@@ -265,10 +267,12 @@ static const char *const migrations[] = {
 #define NOW_MS "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 /*
-** The parameters of begin and insert ($1 .. $26): the record's columns
-** in C_* order ($1 .. $24; created 0: now), then $25 the repeat window in
-** ms (begin), $26 the nonce.  updated is now for a begin, the record's own
-** (or now when 0) for an insert: insert passes it as $17.
+** The parameters of begin and insert ($1 .. $28): the record's columns
+** in C_* order ($1 .. $24; created 0: now) but the last, then $25 the
+** repeat window in ms (begin), $26 the nonce, $27 the turn (C_TURN, the
+** column added last), $28 the coalescing window in ms (begin).  updated is
+** now for a begin, the record's own (or now when 0) for an insert: insert
+** passes it as $17.
 */
 #define REC_PARAMS                                                             \
   "$1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, "     \
@@ -277,7 +281,7 @@ static const char *const migrations[] = {
   "CASE WHEN $16::bigint > 0 THEN $16::bigint ELSE t.now END, "                \
   "CASE WHEN $17::bigint > 0 THEN $17::bigint ELSE t.now END, "                \
   "$18::bigint, $19::integer, $20::bigint, $21::text, $22::text, "           \
-  "$23::bigint, $24::bigint, $26::bigint"
+  "$23::bigint, $24::bigint, $27::text, $26::bigint"
 
 /* The found CTE: the action itself; what = INSERTED (1) when it carries
 ** this request's nonce (a retry of a begin that did commit), FOUND (2). */
@@ -317,7 +321,11 @@ static const char *const stmt_sql[N_STMTS] = {
     "  AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
     "   OR delivered > CASE WHEN $16::bigint > 0 THEN $16::bigint"
     "    ELSE t.now END"
-    "   OR ($25::bigint > 0 AND created >= t.now - $25::bigint))))"
+    "   OR ($25::bigint > 0 AND created >= t.now - $25::bigint)"
+    "   OR turn = $27::text"
+    "   OR ($28::bigint > 0 AND $27::text IS NULL"
+    "    AND created >= CASE WHEN $16::bigint > 0 THEN $16::bigint"
+    "     ELSE t.now END - $28::bigint))))"
     "  AND NOT EXISTS (SELECT 1 FROM found)"
     "  ORDER BY created DESC, session DESC, call_id DESC LIMIT 1),"
     " ins AS (INSERT INTO idem_attempts (" COLS ", nonce)"
@@ -330,7 +338,7 @@ static const char *const stmt_sql[N_STMTS] = {
     "WITH t AS (SELECT " NOW_MS " AS now), " FOUND_CTE ","
     " ins AS (INSERT INTO idem_attempts (" COLS ", nonce)"
     "  SELECT " REC_PARAMS " FROM t WHERE NOT EXISTS (SELECT 1 FROM found)"
-    "  AND $25::bigint = 0"
+    "  AND $25::bigint = 0 AND $28::bigint = 0"
     "  ON CONFLICT (session, call_id) DO NOTHING RETURNING 1 AS what, " COLS ")"
     " SELECT * FROM ins UNION ALL SELECT * FROM found",
     "SELECT nonce, " COLS
@@ -377,13 +385,17 @@ static const char *const stmt_sql[N_STMTS] = {
     "SELECT state, count(*) FROM idem_attempts GROUP BY state",
     "SELECT " NOW_MS,
     /* the fence of an action that exists (begin's rule): $1 fence_key, $2
-    ** session, $3 call id, $4 its created, $5 the repeat window or 0 */
+    ** session, $3 call id, $4 its created, $5 the repeat window or 0, $6
+    ** its turn, $7 the coalescing window or 0 */
     "SELECT nonce, " COLS " FROM idem_attempts,"
     " (SELECT " NOW_MS " AS now) t WHERE fence_key = $1::text"
     " AND NOT (session = $2::text AND call_id = $3::text) AND state <> 6"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
     "  OR delivered > $4::bigint"
-    "  OR ($5::bigint > 0 AND created >= t.now - $5::bigint))))"
+    "  OR ($5::bigint > 0 AND created >= t.now - $5::bigint)"
+    "  OR turn = $6::text"
+    "  OR ($7::bigint > 0 AND $6::text IS NULL"
+    "   AND created >= $4::bigint - $7::bigint))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
 };
 
@@ -618,7 +630,8 @@ static idem_record *row_record(const PGresult *r, int row, int at) {
       col_str(r, row, at + C_RESULT, &rec->result) &
       col_str(r, row, at + C_ERROR, &rec->error) &
       col_str(r, row, at + C_DUPLICATE_OF, &rec->duplicate_of) &
-      col_str(r, row, at + C_EXECUTOR, &rec->executor))
+      col_str(r, row, at + C_EXECUTOR, &rec->executor) &
+      col_str(r, row, at + C_TURN, &rec->turn))
     return rec;
   idem_record_free(rec);
   return NULL;
@@ -627,7 +640,7 @@ static idem_record *row_record(const PGresult *r, int row, int at) {
 /* The parameters of begin / insert for rec. */
 static void rec_params(params *p, const idem_record *rec, int state,
                        long long token, long long updated, long long window,
-                       unsigned long long nonce) {
+                       long long coalesce, unsigned long long nonce) {
   memset(p, 0, sizeof *p);
   p_str(p, 1 + C_SESSION, rec->session);
   p_str(p, 1 + C_CALL_ID, rec->call_id);
@@ -655,6 +668,8 @@ static void rec_params(params *p, const idem_record *rec, int state,
   p_int(p, 1 + C_SETTLE_FROM, rec->settle_from);
   p_int(p, 25, window);
   p_int(p, 26, (long long)nonce);
+  p_str(p, 27, rec->turn);
+  p_int(p, 28, coalesce);
 }
 
 /* ---- connections ----------------------------------------------------------- */
@@ -1256,7 +1271,7 @@ static int pg_now(idem__store *st, long long *ms) {
 typedef struct begin_req {
   const idem_record *rec;
   int insert; /* insert as it is */
-  long long window;
+  long long window, coalesce;
   unsigned long long nonce;
   int what;
   idem_record *out;
@@ -1271,7 +1286,7 @@ static int begin_fn(pg_store *s, conn *c, void *arg, int *again) {
   int n = 0, i, main_i, rc = IDEM_OK, races;
   rec_params(&p, rec, q->insert ? rec->state : IDEM_STATE_PENDING,
              q->insert ? rec->token : 1, q->insert ? rec->updated : 0,
-             q->insert ? 0 : q->window, q->nonce);
+             q->insert ? 0 : q->window, q->insert ? 0 : q->coalesce, q->nonce);
   memset(&lock, 0, sizeof lock);
   p_str(&lock, 1, rec->fence_key);
   v[n++] = (pq_req){S_BEGIN_TX, NULL};
@@ -1323,7 +1338,8 @@ static int check_record(pg_store *s, const idem_record *rec) {
 }
 
 static int do_begin(pg_store *s, const idem_record *rec, int insert,
-                    long long window, int *what, idem_record **found) {
+                    long long window, long long coalesce, int *what,
+                    idem_record **found) {
   begin_req q;
   int rc;
   if (found) *found = NULL;
@@ -1338,6 +1354,7 @@ static int do_begin(pg_store *s, const idem_record *rec, int insert,
   q.rec = rec;
   q.insert = insert;
   q.window = window > 0 ? window : 0;
+  q.coalesce = coalesce > 0 ? coalesce : 0;
   q.nonce = next_nonce(s);
   rc = run(s, begin_fn, &q);
   if (rc == IDEM_OK) *what = q.what;
@@ -1349,16 +1366,16 @@ static int do_begin(pg_store *s, const idem_record *rec, int insert,
 }
 
 static int pg_begin(idem__store *st, const idem_record *rec,
-                    long long repeat_window_ms, int *what,
-                    idem_record **found) {
+                    long long repeat_window_ms, long long coalesce_ms,
+                    int *what, idem_record **found) {
   CHECK_STORE(s, st);
-  return do_begin(s, rec, 0, repeat_window_ms, what, found);
+  return do_begin(s, rec, 0, repeat_window_ms, coalesce_ms, what, found);
 }
 
 static int pg_insert(idem__store *st, const idem_record *rec, int *what,
                      idem_record **found) {
   CHECK_STORE(s, st);
-  return do_begin(s, rec, 1, 0, what, found);
+  return do_begin(s, rec, 1, 0, 0, what, found);
 }
 
 /* get */
@@ -1392,7 +1409,7 @@ static int get_fn(pg_store *s, conn *c, void *arg, int *again) {
 
 typedef struct fence_req {
   const idem_record *rec;
-  long long window;
+  long long window, coalesce;
   idem_record *out;
 } fence_req;
 
@@ -1407,6 +1424,8 @@ static int fence_fn(pg_store *s, conn *c, void *arg, int *again) {
   p_str(&p, 3, q->rec->call_id);
   p_int(&p, 4, q->rec->created);
   p_int(&p, 5, q->window);
+  p_str(&p, 6, q->rec->turn);
+  p_int(&p, 7, q->coalesce);
   r = PQexecPrepared(c->db, stmt_name[S_FENCE], p.n, p.v, NULL, NULL, 0);
   if (PQresultStatus(r) != PGRES_TUPLES_OK)
     rc = res_fail(s, c, r, "checking the fence", again);
@@ -1420,7 +1439,7 @@ static int fence_fn(pg_store *s, conn *c, void *arg, int *again) {
 }
 
 static int pg_fence(idem__store *st, const idem_record *rec, long long window,
-                    idem_record **out) {
+                    long long coalesce, idem_record **out) {
   fence_req q;
   int rc;
   CHECK_STORE(s, st);
@@ -1431,6 +1450,7 @@ static int pg_fence(idem__store *st, const idem_record *rec, long long window,
   memset(&q, 0, sizeof q);
   q.rec = rec;
   q.window = window;
+  q.coalesce = coalesce > 0 ? coalesce : 0;
   rc = run(s, fence_fn, &q);
   *out = q.out;
   return rc;

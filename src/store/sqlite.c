@@ -43,7 +43,8 @@
 ** Version 2 adds executor TEXT, pgid INTEGER, settle_from INTEGER: the
 ** attempt that may still be running (SPEC §6a; a pending or in-doubt
 ** record of version 1 gets its owner as executor and its updated time as
-** settle_from).
+** settle_from).  Version 3 adds turn TEXT: the model turn that issued the
+** call (SPEC §6.4), NULL when the harness named none.
 **
 ** Columns hold exactly the fields of idem_record (times in ms since the
 ** epoch).  expires = 0 means "keep forever": gc never deletes such a record.
@@ -228,6 +229,8 @@ static const char *const migrations[] = {
     "ALTER TABLE attempts ADD COLUMN settle_from INTEGER NOT NULL DEFAULT 0;"
     "UPDATE attempts SET executor = owner, settle_from = updated"
     " WHERE state IN (1, 5);",
+    /* 3: the model turn that issued the call (SPEC §6.4) */
+    "ALTER TABLE attempts ADD COLUMN turn TEXT;",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
@@ -269,15 +272,19 @@ static const char *const stmt_sql[N_STMTS] = {
     ** made - an outcome delivered after that was not known to the model
     ** when it made the call (parallel calls of one turn).  Delivered in
     ** the same millisecond counts as known: a delivery is recorded before
-    ** the answer is handed over (idem_step_delivered). */
+    ** the answer is handed over (idem_step_delivered).  ?6 is the new
+    ** call's turn (NULL: none), ?7 when the coalescing window before it
+    ** opened (a time after everything when there is none): a call that
+    ** names no turn shares one with those that began within the window. */
     "SELECT " COLS " FROM attempts WHERE fence_key = ?1"
     " AND NOT (session = ?2 AND call_id = ?3) AND state <> 6"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    " OR delivered > ?5 OR created >= ?4)))"
+    " OR delivered > ?5 OR created >= ?4 OR turn = ?6"
+    " OR (?6 IS NULL AND created >= ?7))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
     "INSERT INTO attempts (" COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
     " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,"
-    " ?23, ?24)",
+    " ?23, ?24, ?25)",
     /* A change (idem__change): ?3 state mask, ?4 token or -1, ?5 state or
     ** 0, ?6 attempts to add, ?7 the lease (1 take it over, 2 hand it on;
     ** ?8 owner, ?9 lease_until), ?10 result, ?11 error, ?12 resolution or
@@ -336,6 +343,7 @@ typedef struct wreq {
   int kind;
   const idem_record *rec; /* BEGIN, INSERT                  */
   long long window;       /* BEGIN: repeat window (ms)      */
+  long long coalesce;     /* BEGIN: coalescing window (ms)  */
   const idem__change *ch; /* CHANGE                         */
   long long gc_now;       /* GC                             */
   size_t gc_n;            /* GC: records deleted            */
@@ -594,13 +602,13 @@ static idem_record *row_record(sqlite3_stmt *st) {
       col_str(st, C_OWNER, &r->owner) & col_str(st, C_RESULT, &r->result) &
       col_str(st, C_ERROR, &r->error) &
       col_str(st, C_DUPLICATE_OF, &r->duplicate_of) &
-      col_str(st, C_EXECUTOR, &r->executor))
+      col_str(st, C_EXECUTOR, &r->executor) & col_str(st, C_TURN, &r->turn))
     return r;
   idem_record_free(r);
   return NULL;
 }
 
-/* Bind every column of rec to the INSERT, ?1 .. ?24. */
+/* Bind every column of rec to the INSERT, ?1 .. ?25. */
 static void bind_record(sqlite3_stmt *st, const idem_record *rec, int state,
                         long long token, long long now) {
   bind_str(st, 1 + C_SESSION, rec->session);
@@ -627,6 +635,21 @@ static void bind_record(sqlite3_stmt *st, const idem_record *rec, int state,
   bind_str(st, 1 + C_EXECUTOR, rec->executor);
   sqlite3_bind_int64(st, 1 + C_PGID, rec->pgid);
   sqlite3_bind_int64(st, 1 + C_SETTLE_FROM, rec->settle_from);
+  bind_str(st, 1 + C_TURN, rec->turn);
+}
+
+/* Bind the fence query (S_FENCE) for rec: cutoff is when the repeat
+** window opened (LLONG_MAX: none), coalesce the coalescing window. */
+static void bind_fence(sqlite3_stmt *st, const idem_record *rec,
+                       long long cutoff, long long coalesce, long long now) {
+  long long made = rec->created > 0 ? rec->created : now;
+  bind_str(st, 1, rec->fence_key);
+  bind_str(st, 2, rec->session);
+  bind_str(st, 3, rec->call_id);
+  sqlite3_bind_int64(st, 4, cutoff);
+  sqlite3_bind_int64(st, 5, made);
+  bind_str(st, 6, rec->turn);
+  sqlite3_bind_int64(st, 7, coalesce > 0 ? made - coalesce : LLONG_MAX);
 }
 
 /* ---- connections ----------------------------------------------------------- */
@@ -785,11 +808,7 @@ static void w_begin(sq_store *s, wreq *r) {
     if ((r->rc = stmt_get(s, &s->w, S_FENCE, &st, r->msg, sizeof r->msg)))
       return;
     cutoff = r->window > 0 ? now - r->window : LLONG_MAX;
-    bind_str(st, 1, rec->fence_key);
-    bind_str(st, 2, rec->session);
-    bind_str(st, 3, rec->call_id);
-    sqlite3_bind_int64(st, 4, cutoff);
-    sqlite3_bind_int64(st, 5, rec->created > 0 ? rec->created : now);
+    bind_fence(st, rec, cutoff, r->coalesce, now);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
       if ((r->out = row_record(st)) != NULL)
@@ -1599,8 +1618,8 @@ static int check_record(sq_store *s, const idem_record *rec) {
 }
 
 static int sq_begin(idem__store *st, const idem_record *rec,
-                    long long repeat_window_ms, int *what,
-                    idem_record **found) {
+                    long long repeat_window_ms, long long coalesce_ms,
+                    int *what, idem_record **found) {
   wreq r;
   int rc;
   CHECK_STORE(s, st);
@@ -1611,6 +1630,7 @@ static int sq_begin(idem__store *st, const idem_record *rec,
   r.kind = REQ_BEGIN;
   r.rec = rec;
   r.window = repeat_window_ms;
+  r.coalesce = coalesce_ms;
   rc = submit(s, &r);
   *what = r.what;
   if (found)
@@ -1713,7 +1733,7 @@ done:
 }
 
 static int sq_fence(idem__store *st, const idem_record *rec,
-                    long long window, idem_record **out) {
+                    long long window, long long coalesce, idem_record **out) {
   sqlite3_stmt *q = NULL;
   conn *c;
   char msg[MSG_MAX];
@@ -1728,11 +1748,8 @@ static int sq_fence(idem__store *st, const idem_record *rec,
     msg_set(s, rc, "%s", msg);
     goto done;
   }
-  bind_str(q, 1, rec->fence_key);
-  bind_str(q, 2, rec->session);
-  bind_str(q, 3, rec->call_id);
-  sqlite3_bind_int64(q, 4, window > 0 ? wall_ms() - window : LLONG_MAX);
-  sqlite3_bind_int64(q, 5, rec->created > 0 ? rec->created : wall_ms());
+  bind_fence(q, rec, window > 0 ? wall_ms() - window : LLONG_MAX, coalesce,
+             wall_ms());
   switch (step = sqlite3_step(q)) {
   case SQLITE_ROW:
     if (!(*out = row_record(q)))

@@ -34,8 +34,8 @@ static int f_now(idem__store *st, long long *ms) {
   return IDEM_MISUSE;
 }
 static int f_begin(idem__store *st, const idem_record *rec, long long w,
-                   int *what, idem_record **found) {
-  (void)st, (void)rec, (void)w;
+                   long long cw, int *what, idem_record **found) {
+  (void)st, (void)rec, (void)w, (void)cw;
   if (what) *what = 0;
   if (found) *found = NULL;
   return IDEM_MISUSE;
@@ -54,8 +54,8 @@ static int f_get(idem__store *st, const char *s, const char *c,
   return IDEM_MISUSE;
 }
 static int f_fence(idem__store *st, const idem_record *rec, long long w,
-                   idem_record **out) {
-  (void)st, (void)rec, (void)w;
+                   long long cw, idem_record **out) {
+  (void)st, (void)rec, (void)w, (void)cw;
   if (out) *out = NULL;
   return IDEM_MISUSE;
 }

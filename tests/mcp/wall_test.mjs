@@ -79,7 +79,9 @@ const within = (p, ms) => Promise.race([p, sleep(ms).then(() => null)]);
   g.p.stdin.end();
   await g.exited;
   g = await gateway(dir);
-  r = await g.call(50, "refund", { order_id: "i4", amount_cents: 9 });
+  // (the model's next turn: told, it decides again - say so, or identical
+  // calls within coalesce_ms count as one turn)
+  r = await g.call(50, "refund", { order_id: "i4", amount_cents: 9 }, { "io.idem/turn": "t2" });
   const i4 = ledger(dir).filter((e) => e.args.order_id === "i4");
   check(!r.result?.isError && r.result?._meta?.["io.idem/replayed"] !== true && i4.length === 2 && i4[0].key !== i4[1].key,
         "2b: after a restart, JSON-RPC id 50 again with the same arguments is a new refund, not the old one replayed",
@@ -189,8 +191,8 @@ for (const [tool, said] of [["exit_mid", /the server has exited before answering
   let fenced = 0;
   for (let i = 0; i < 25; i++) {
     const args = { order_id: `t${i}`, amount_cents: 1 };
-    await g.call(`a${i}`, "refund", args, { "io.idem/call_id": `a${i}` });
-    const r = await g.call(`b${i}`, "refund", args, { "io.idem/call_id": `b${i}` });
+    await g.call(`a${i}`, "refund", args, { "io.idem/call_id": `a${i}`, "io.idem/turn": `ta${i}` });
+    const r = await g.call(`b${i}`, "refund", args, { "io.idem/call_id": `b${i}`, "io.idem/turn": `tb${i}` });
     if (status(r) !== undefined || r.result?.isError) { fenced++; if (fenced === 1) console.log(JSON.stringify(r)); }
   }
   check(fenced === 0 && ledger(dir).filter((e) => e.args.order_id.startsWith("t")).length === 50,

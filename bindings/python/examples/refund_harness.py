@@ -81,8 +81,10 @@ def tool_result(style, call, env):
             "is_error": env["status"] not in ("succeeded", "already_applied")}
 
 
-def run_turn(session, tools, style, raw_calls):
-    """One model turn: guard each tool call, return the results."""
+def run_turn(session, turn, tools, style, raw_calls):
+    """One model turn: guard each tool call, return the results.  turn is
+    the id of the model response that made the calls: identical calls of
+    one turn are one decision (run once), a later turn's are new ones."""
     results = []
     for raw in raw_calls:
         call = idem.ToolCall.parse(raw)
@@ -92,31 +94,32 @@ def run_turn(session, tools, style, raw_calls):
                 "status": "refused", "tool": call.name, "call_id": call.id,
                 "message": "No such tool. Do not call it again."}))
         else:
-            env = tool(session, call.id, call.arguments)
+            env = tool(session, call.id, call.arguments, turn=turn)
         print(json.dumps({"style": style, "call_id": call.id,
                           "envelope": env}))
         results.append(tool_result(style, call, env))
     return results
 
 
-# What the model asked for, turn by turn, in each API's shape.
+# What the model asked for, turn by turn (the response's id, then its tool
+# calls), in each API's shape.
 TURNS = [
-    ("openai", [{"id": "call_A1", "type": "function", "function": {
+    ("resp_1", "openai", [{"id": "call_A1", "type": "function", "function": {
         "name": "refund_payment",
         "arguments": '{"order_id": "ord_1", "amount_cents": 6000,'
                      ' "idempotency_key": "made-up-by-the-model"}'}}]),
     # the transport delivers the same tool call again
-    ("openai-retry", [{"id": "call_A1", "type": "function", "function": {
+    ("resp_1", "openai-retry", [{"id": "call_A1", "type": "function", "function": {
         "name": "refund_payment",
         "arguments": '{"amount_cents":6000,"order_id":"ord_1"}'}}]),
     # a later decision (a goodwill refund), from a Claude sub-agent
-    ("anthropic", [{"type": "tool_use", "id": "toolu_B1",
+    ("resp_2", "anthropic", [{"type": "tool_use", "id": "toolu_B1",
                     "name": "refund_payment",
                     "input": {"order_id": "ord_1", "amount_cents": 6000.0}},
                    {"type": "tool_use", "id": "toolu_B2",
                     "name": "get_refund_status",
                     "input": {"order_id": "ord_1"}}]),
-    ("openai", [{"id": "call_bad", "type": "function", "function": {
+    ("resp_3", "openai", [{"id": "call_bad", "type": "function", "function": {
         "name": "refund_payment",
         "arguments": '{"order_id": "ord_1", "amount_cents": }'}}]),
 ]
@@ -132,8 +135,8 @@ def main():
     psp = PaymentProvider()
     with idem.Guard(log, idem.Policy(o.policy)) as guard:
         tools = make_tools(guard, psp)
-        for style, calls in TURNS:
-            run_turn(o.session, tools, style, calls)
+        for turn, style, calls in TURNS:
+            run_turn(o.session, turn, tools, style, calls)
             time.sleep(0.01)  # the model thinks between turns
     print("refunds applied: %d" % len(psp.refunds))
     return 0

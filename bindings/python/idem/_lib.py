@@ -69,7 +69,7 @@ P = ctypes.POINTER
 class Call(ctypes.Structure):
     _fields_ = [("session", c_char_p), ("call_id", c_char_p),
                 ("tool", c_char_p), ("args", c_char_p),
-                ("args_len", c_size_t)]
+                ("args_len", c_size_t), ("turn", c_char_p)]
 
 
 class KeySpec(ctypes.Structure):
@@ -96,7 +96,9 @@ class Record(ctypes.Structure):
                 ("delivered", c_longlong), ("duplicate_of", c_char_p),
                 # the attempt that may still be running (SPEC 6a)
                 ("executor", c_char_p), ("pgid", c_longlong),
-                ("settle_from", c_longlong)]
+                ("settle_from", c_longlong),
+                # the model turn of the call (SPEC 6.4)
+                ("turn", c_char_p)]
 
 
 # int run(void *ctx, const char *key, const char *args, size_t args_len,
@@ -210,7 +212,7 @@ free_fast.restype = None
 
 # Where CPython keeps the bytes of a bytes object, relative to id(): what
 # ctypes itself hands to C for a c_char_p.  With it, an idem_call is filled
-# by one struct.pack_into instead of five descriptor stores.  None on an
+# by one struct.pack_into instead of six descriptor stores.  None on an
 # interpreter where it cannot be established (the binding then stores the
 # fields one by one).
 def _bytes_offset():

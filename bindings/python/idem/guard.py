@@ -61,7 +61,7 @@ _free = L.free_fast
 _loads = json.loads
 _tls = threading.local()
 _c_char_p = ctypes.c_char_p
-_pack_call = struct.Struct("PPPPN").pack  # an idem_call, as bytes
+_pack_call = struct.Struct("PPPPNP").pack  # an idem_call, as bytes
 _OFF = L.BYTES_OFFSET
 
 
@@ -74,6 +74,11 @@ def _slow_session(session):
         _sessions.clear()
     _sessions[session] = s
     return s
+
+
+def _turn(turn):
+    """The turn id as C takes it: None, or a non-empty text."""
+    return None if turn is None else _name(turn, "turn")
 
 
 def _slow_args(args):
@@ -197,14 +202,15 @@ class Guard(_Handle):
 
     # ---- the two-phase API -------------------------------------------------
 
-    def begin(self, session, call_id, tool, args):
+    def begin(self, session, call_id, tool, args, turn=None):
         """Decide a call; returns a Step.  Bad arguments and refused tools
         are answers (the step says ANSWER), not exceptions; StoreError means
-        the log failed and nothing may be called downstream."""
+        the log failed and nothing may be called downstream.  ``turn``
+        names the model turn that issued the call (see GuardedTool)."""
         g = self._h()
         a = _args_text(args)
         c = _Call(_name(session, "session"), _name(call_id, "call_id"),
-                  _name(tool, "tool"), a, len(a))
+                  _name(tool, "tool"), a, len(a), _turn(turn))
         s = _c_void_p()
         rc = L.guard_begin(g, _byref(c), _byref(s))
         if rc:
@@ -290,7 +296,8 @@ class Guard(_Handle):
             return GuardedTool(self, name, fn, status)
         return wrap
 
-    def call(self, session, call_id, tool, args, run, status=None):
+    def call(self, session, call_id, tool, args, run, status=None,
+             turn=None):
         """Guard one call of ``run(args, key)`` end to end; returns the
         Envelope.  The same as ``guard.tool(tool, status)(run)(...)``."""
         k = (tool, run, status)
@@ -299,7 +306,7 @@ class Guard(_Handle):
             if len(self._tools) >= 256:  # callers that make a lambda a call
                 self._tools.clear()
             t = self._tools[k] = GuardedTool(self, tool, run, status)
-        return t(session, call_id, args)
+        return t(session, call_id, args, turn)
 
 
 def _step_text(step, fn):
@@ -536,8 +543,11 @@ class GuardedTool:
         self.__name__ = getattr(fn, "__name__", name)
         self.__doc__ = getattr(fn, "__doc__", None)
 
-    def call_json(self, session, call_id, args):
-        """Guard one call; the envelope's JSON text, unparsed."""
+    def call_json(self, session, call_id, args, turn=None):
+        """Guard one call; the envelope's JSON text, unparsed.  ``turn``
+        names the model turn that issued the call (the model response's
+        id, say): identical calls of one turn are one decision, and run
+        once even when the first has already finished (SPEC 6.4)."""
         # The replay's path, kept short: a few type tests, the idem_call
         # packed into a bytes object (its pointers are the buffers of s, i,
         # self._name and a, which stay referenced until the call returns),
@@ -561,9 +571,11 @@ class GuardedTool:
         except AttributeError:
             out = _c_char_p()
             out, ro = _tls.out = out, _byref(out)
+        t = None if turn is None else _turn(turn)
         rc = _guard_call(self.guard._gp, _pack_call(
             id(s) + _OFF, id(i) + _OFF, self._name_addr, id(a) + _OFF,
-            len(a)), self._ctool_ref, ro, None)
+            len(a), 0 if t is None else id(t) + _OFF), self._ctool_ref, ro,
+            None)
         if rc:
             if out:
                 _free(out)
@@ -576,11 +588,11 @@ class GuardedTool:
             _runs.append(1)
         return text.decode()
 
-    def __call__(self, session, call_id, args):
-        return Envelope(self.call_json(session, call_id, args))
+    def __call__(self, session, call_id, args, turn=None):
+        return Envelope(self.call_json(session, call_id, args, turn))
 
 
-def _call_json_portable(self, session, call_id, args):
+def _call_json_portable(self, session, call_id, args, turn=None):
     """GuardedTool.call_json where CPython's bytes layout is not known: a
     ctypes idem_call per call."""
     s = _name(session, "session")
@@ -588,7 +600,8 @@ def _call_json_portable(self, session, call_id, args):
     a = _slow_args(args)
     out = _c_char_p()
     rc = _guard_call(self.guard._gp,
-                     _byref(_Call(s, i, self._name, a, len(a))),
+                     _byref(_Call(s, i, self._name, a, len(a),
+                                  _turn(turn))),
                      self._ctool_ref, _byref(out), None)
     if rc:
         if out:

@@ -5,6 +5,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import itertools
 import time
 import unittest
 
@@ -100,8 +101,11 @@ class LogTest(unittest.TestCase):
         return "sqlite:%s/log%d.db" % (self.dir, self.n)
 
 
+_turns = itertools.count(1)
+
+
 def next_turn():
-    """A later turn of the model: delivery times have millisecond
-    resolution, and a call made in the very millisecond an identical outcome
-    was told is fenced (the safe side)."""
-    time.sleep(0.003)
+    """A later turn of the model, the model having been told: its id, for
+    the calls of that turn (``turn=``).  Identical calls of one turn, or
+    without turn ids within coalesce_ms of each other, are one decision."""
+    return "turn_%d" % next(_turns)

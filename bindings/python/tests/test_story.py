@@ -60,8 +60,7 @@ class RefundStory(LogTest):
         self.assertIn("message", env)
         self.assertEqual(self.p.applied(), 1)
         # a legitimate second refund: a new decision after the model was told
-        next_turn()
-        env = self.refund("sess_1", "call_9", ARGS)
+        env = self.refund("sess_1", "call_9", ARGS, turn=next_turn())
         self.assertEqual(env["status"], "succeeded")
         self.assertIs(env["replayed"], False)
         self.assertEqual(self.p.applied(), 2)
@@ -113,8 +112,7 @@ class RefundStory(LogTest):
         self.assertEqual(self.p.ledger, ["sess_4:toolu_1:a280fb850f483293"])
         # Rejected: a definite failure, not retried, replayed
         self.p.reset("reject")
-        next_turn()
-        env = self.refund("sess_4", "toolu_2", ARGS)
+        env = self.refund("sess_4", "toolu_2", ARGS, turn=next_turn())
         self.assertEqual(env["status"], "failed")
         self.assertIn("card expired", env["message"])
         self.assertEqual(self.p.calls, 1)
@@ -124,8 +122,7 @@ class RefundStory(LogTest):
         # any other exception: the outcome is unknown, reconciled by the
         # status function (the refund went out before the error)
         self.p.reset("boom")
-        next_turn()
-        env = self.refund("sess_4", "toolu_3", ARGS)
+        env = self.refund("sess_4", "toolu_3", ARGS, turn=next_turn())
         self.assertEqual(env["status"], "succeeded")
         self.assertEqual(env["result"]["status"], "applied")
         rec = self.guard.record("sess_4", "toolu_3")
@@ -203,9 +200,8 @@ class TimeoutWithoutStatus(LogTest):
         self.assertEqual(env["status"], "already_applied")
         self.assertIs(env["replayed"], True)
         # now the model has been told: a new identical call is a real repeat
-        next_turn()
-        self.assertEqual(refund("sess_3", "toolu_4", ARGS)["status"],
-                         "succeeded")
+        self.assertEqual(refund("sess_3", "toolu_4", ARGS,
+                                turn=next_turn())["status"], "succeeded")
         self.assertEqual(p.applied(), 1)
         guard.close()
 
