@@ -89,6 +89,7 @@ static void print_json(const idem_record *r) {
   put_str(&b, "resolution", idem_resolution_name(r->resolution), &first);
   put_num(&b, "delivered", r->delivered, &first);
   put_str(&b, "duplicate_of", r->duplicate_of, &first);
+  put_str(&b, "turn", r->turn, &first);
   put_str(&b, "owner", r->owner, &first);
   put_num(&b, "lease_until", r->lease_until, &first);
   put_num(&b, "token", r->token, &first);
@@ -181,6 +182,7 @@ static int print_text(const idem_record *r) {
        show_line(&b, "args", r->args, 1) ||
        show_line(&b, "result", r->result, 1) ||
        show_line(&b, "error", r->error, 0) ||
+       show_line(&b, "turn", r->turn, 0) ||
        show_line(&b, "duplicate of", r->duplicate_of, 0) ||
        show_when(&b, "delivered", r->delivered) ||
        show_line(&b, "owner", r->owner, 0) ||

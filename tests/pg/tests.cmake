@@ -15,3 +15,6 @@ endif()
 add_test(NAME guard_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/pg_test.sh $<TARGET_FILE:idem>
   $<TARGET_FILE:race_guard> ${PG_RACE_ACTIONS})
+add_test(NAME turns_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  sh -c "\"$0\" \"$IDEM_PG_URL\" threads 100 && \"$0\" \"$IDEM_PG_URL\" procs 20"
+  $<TARGET_FILE:turn_race>)
