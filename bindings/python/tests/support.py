@@ -109,3 +109,24 @@ def next_turn():
     the calls of that turn (``turn=``).  Identical calls of one turn, or
     without turn ids within coalesce_ms of each other, are one decision."""
     return "turn_%d" % next(_turns)
+
+
+def together(n, fn):
+    """fn(i) for i in range(n), on n threads released at once (a barrier):
+    the results in order, and the exceptions any of them raised."""
+    results, errors = [None] * n, []
+    go = threading.Barrier(n)
+
+    def one(i):
+        try:
+            go.wait()
+            results[i] = fn(i)
+        except BaseException as e:  # reported by the caller, never lost
+            errors.append(e)
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    return results, errors

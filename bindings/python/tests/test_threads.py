@@ -5,30 +5,15 @@ import threading
 import unittest
 
 from tests.support import idem, ARGS, REFUND_POLICY, policy, Provider, \
-    LogTest, SCALE
+    LogTest, SCALE, together
 
 
 class Races(LogTest):
     N = max(4, int(8 * SCALE))
 
     def race(self, refund, call_ids):
-        envs = [None] * len(call_ids)
-        errors = []
-        go = threading.Barrier(len(call_ids))
-
-        def one(i):
-            try:
-                go.wait()
-                envs[i] = refund("sess_r", call_ids[i], ARGS)
-            except BaseException as e:  # reported below, never lost
-                errors.append(e)
-
-        ts = [threading.Thread(target=one, args=(i,))
-              for i in range(len(call_ids))]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(60)
+        envs, errors = together(
+            len(call_ids), lambda i: refund("sess_r", call_ids[i], ARGS))
         self.assertEqual(errors, [])
         return envs
 

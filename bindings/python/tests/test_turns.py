@@ -3,11 +3,10 @@ harness uses it: 16 threads, 16 distinct call ids, one fast refund tool,
 one turn.  Run 100 times: one application every time, the other 15 answered
 already_applied naming the call that ran.  Then the next turn's repeat
 runs, and calls without a turn id coalesce within coalesce_ms only."""
-import threading
 import time
 import unittest
 
-from tests.support import idem, ARGS, policy, Provider, LogTest
+from tests.support import idem, ARGS, policy, Provider, LogTest, together
 
 POLICY = """{"tools":{"refund_payment":{"class":"guarded",
   "timeout_ms":10000,"wait_ms":10000,"coalesce_ms":300}}}"""
@@ -18,22 +17,8 @@ class OneTurnOneRefund(LogTest):
     RUNS = 100
 
     def burst(self, refund, session, turn):
-        envs = [None] * self.N
-        errors = []
-        go = threading.Barrier(self.N)
-
-        def one(i):
-            try:
-                go.wait()
-                envs[i] = refund(session, "call_%d" % i, ARGS, turn=turn)
-            except BaseException as e:  # reported below, never lost
-                errors.append(e)
-
-        ts = [threading.Thread(target=one, args=(i,)) for i in range(self.N)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(60)
+        envs, errors = together(self.N, lambda i: refund(
+            session, "call_%d" % i, ARGS, turn=turn))
         self.assertEqual(errors, [])
         return envs
 
