@@ -1012,6 +1012,17 @@ static int step_ok(const idem_step *s) {
   return s && s->magic == STEP_MAGIC && s->g->st;
 }
 
+/* Is s valid UTF-8 (NULL is)?  Ids go into keys, records and envelopes,
+** all JSON. */
+static int utf8_ok(const char *s) {
+  const unsigned char *p = (const unsigned char *)s, *end;
+  size_t n;
+  if (!s) return 1;
+  for (end = p + strlen(s); p < end; p += n)
+    if (!(n = *p < 0x80 ? 1 : idem__utf8_len(p, end))) return 0;
+  return 1;
+}
+
 int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
   idem_step *s;
   idem_key k;
@@ -1037,6 +1048,14 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
   if (call->turn && !*call->turn)
     return gfail(IDEM_MISUSE, "the turn id is empty: give the model turn's "
                               "id, or none");
+  if (!utf8_ok(call->session) || !utf8_ok(call->call_id) ||
+      !utf8_ok(call->tool) || !utf8_ok(call->turn))
+    return gfail(IDEM_INVALID, "the %s is not valid UTF-8; nothing was run "
+                               "or recorded",
+                 !utf8_ok(call->session)   ? "session id"
+                 : !utf8_ok(call->call_id) ? "call id"
+                 : !utf8_ok(call->tool)    ? "tool name"
+                                           : "turn id");
   s->rule = idem__policy_rule(g->policy, s->tool, &s->scratch);
 
   if (s->rule->cls == IDEM_CLASS_REFUSED)

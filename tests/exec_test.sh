@@ -218,5 +218,20 @@ has "text: a string, as before" "$out" '"result":"h'$'\303\251''llo"'
 dump t2 '{"f":"json"}' printf '{"b": 2, "a": [1.0]}'
 has "JSON: canonical, as before" "$out" '"result":{"a":[1],"b":2}'
 
+# ids that are not UTF-8: a clear error, nothing run or recorded
+: > "$LEDGER"
+for which in session call turn; do
+  case $which in
+    session) set -- --session "$(printf 'a\377b')" --call u1 ;;
+    call) set -- --session s --call "$(printf 'a\377b')" ;;
+    turn) set -- --session s --call u2 --turn "$(printf 'a\377b')" ;;
+  esac
+  out=$("$IDEM" exec --log "sqlite:$T/u.db" "$@" --tool refund_payment \
+    --args "$ARGS" -- "$TOOL" 2>"$T/err")
+  expect "$which id not UTF-8: exit" 1 "$?"
+  has "$which id not UTF-8: says so" "$(cat "$T/err")" "id is not valid UTF-8; nothing was run or recorded"
+done
+expect "ids not UTF-8: nothing ran" 0 "$(applied)"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
