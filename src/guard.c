@@ -1891,6 +1891,10 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   } else {
     j->abandoned = 1;
     *outcome = IDEM_OUTCOME_UNKNOWN;
+    /* the reason, for the record and the model's words (freed by the
+    ** caller with free(), as a tool's own error is) */
+    if ((*error = malloc(48)))
+      snprintf(*error, 48, "no answer within %lld ms", deadline_ms);
   }
   pthread_mutex_unlock(&j->mu);
   job_unref(j);

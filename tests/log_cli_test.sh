@@ -72,7 +72,7 @@ has "ls: session escaped" "$out" 's\x1b[31mred\x0d\x0a '
 has "ls: call escaped, cut to its column" "$out" 'c\\1\u009b2J\u202e   t '
 out=$("$IDEM" show --log "sqlite:$T/ids.db" "$NS" "$NC")
 expect "show: no raw control" "" "$(printf '%s\n' "$out" | raw_controls)"
-expect "show: 22 lines" 22 "$(printf '%s\n' "$out" | wc -l | tr -d ' ')"
+expect "show: 23 lines (the turn among them)" 23 "$(printf '%s\n' "$out" | wc -l | tr -d ' ')"
 has "show: session escaped" "$out" 'session       s\x1b[31mred\x0d\x0a\x07
 call          c\\1\u009b2J\u202e\x7fé
 '

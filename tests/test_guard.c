@@ -342,6 +342,8 @@ static void test_timeout_fence_late(void) {
   e = call(g, "sess_3", "toolu_1", "refund_payment", ARGS, 0,
            "outcome_unknown");
   HAS(e, "Do not call refund_payment again");
+  /* the reason in its own words, not a blanket one (issue 20) */
+  HAS(e, "took effect (no answer within 300 ms)");
   free(e);
   /* the model re-issues at once, with a new call id: fenced */
   e = call(g, "sess_3", "toolu_2", "refund_payment", ARGS, 0,
