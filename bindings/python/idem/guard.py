@@ -12,7 +12,9 @@ Two ways to drive it:
   the deadline; past it the call answers and the result that comes later is
   still recorded (resolution "late").
 """
+import asyncio
 import atexit
+import inspect
 import ctypes
 import enum
 import json
@@ -108,14 +110,29 @@ class Envelope(dict):
 
 
 def _result_text(value):
-    """A tool's return value as a JSON text (bytes).  Something json cannot
-    encode is recorded as its str(), so an applied result is never lost."""
+    """A tool's return value as a JSON text (bytes).  A value json cannot
+    encode is an error (MisuseError), never its str(): a record that says
+    "succeeded" with "<object at 0x...>" would hide what happened."""
     if value is None:
         return None
     try:
         return _dumps(value).encode("utf-8", "surrogatepass")
-    except (TypeError, ValueError):
-        return str(value).encode("utf-8", "replace")
+    except (TypeError, ValueError) as e:
+        raise MisuseError("the tool returned %s, which is not JSON (%s); "
+                          "return a dict, list, str, number, bool or None"
+                          % (type(value).__name__, e)) from None
+
+
+def _settled(value):
+    """What an async tool's awaitable comes to: awaited to the end on this
+    thread (a guard worker, which runs no event loop), so the tool really
+    runs and its own result is recorded - never the coroutine object."""
+    if not inspect.isawaitable(value):
+        return value
+
+    async def wait():
+        return await value
+    return asyncio.run(wait())
 
 
 def _opt_text(result, result_json):
@@ -461,7 +478,7 @@ def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
             return 4
         try:
             a = json.loads(_string_at(args, args_len))
-            value = fn(a, key.decode("utf-8", "surrogateescape"))
+            value = _settled(fn(a, key.decode("utf-8", "surrogateescape")))
             if is_check and value is None:
                 return 3  # the status function found nothing: not applied
             if isinstance(value, ToolOutcome):

@@ -141,13 +141,14 @@ class WrongTypes(LogTest):
                     self.assertEqual(env["status"], "invalid_arguments")
                     self.assertIn("Nothing was run", env["message"])
 
-    def test_odd_results_are_kept(self):
-        # a result json cannot encode is still recorded (as its str)
+    def test_odd_results_are_errors(self):
+        # a result json cannot encode is an error, never its str() recorded
+        # as succeeded: the outcome is unknown, in words that say why
         with idem.Guard(self.log(), None) as g:
             t = g.tool("t")(lambda a, k: {1, 2})
             env = t("s", "c", "{}")
-            self.assertEqual(env["status"], "succeeded")
-            self.assertEqual(env["result"], "{1, 2}")
+            self.assertEqual(env["status"], "outcome_unknown")
+            self.assertIn("returned set, which is not JSON", env["message"])
 
 
 class BadLogs(LogTest):

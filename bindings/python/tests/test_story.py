@@ -164,6 +164,52 @@ class RefundStory(LogTest):
                          "reconciled")
 
 
+class ToolResults(LogTest):
+    """What a tool returns is what is recorded: an async def tool is run
+    to its end (its coroutine is never taken for the result), and a value
+    json cannot encode is an error - the outcome unknown - never its str()
+    recorded as succeeded (issue 17: a refund the record says went through
+    and that never happened)."""
+
+    def test_async_tool_runs_and_its_result_is_recorded(self):
+        ledger = []
+        with idem.Guard(self.log(), policy(NOCHECK_POLICY, 5000)) as g:
+            @g.tool("refund_payment")
+            async def refund(args, key):
+                import asyncio
+                await asyncio.sleep(0.01)
+                ledger.append(key)
+                return {"refund_id": "re_async"}
+            env = refund("sess_a", "toolu_1", ARGS)
+            self.assertEqual(env["status"], "succeeded", env)
+            self.assertEqual(env["result"], {"refund_id": "re_async"})
+            self.assertEqual(len(ledger), 1)
+            rec = g.record("sess_a", "toolu_1")
+            self.assertEqual(rec["result"], {"refund_id": "re_async"})
+
+    def test_a_result_that_is_not_json_is_unknown_not_succeeded(self):
+        ledger = []
+        with idem.Guard(self.log(), policy(NOCHECK_POLICY, 5000)) as g:
+            @g.tool("refund_payment")
+            def refund(args, key):
+                ledger.append(key)
+                return object()
+            env = refund("sess_b", "toolu_1", ARGS)
+            self.assertEqual(env["status"], "outcome_unknown", env)
+            self.assertIn("not JSON", env["message"])
+            rec = g.record("sess_b", "toolu_1")
+            self.assertEqual(rec["state"], "in_doubt")
+            self.assertNotIn("object at", json.dumps(rec))
+            self.assertEqual(len(ledger), 1)
+            # and the step API refuses it outright
+            step = g.begin("sess_b", "toolu_2", "refund_payment",
+                           '{"order_id":"x"}')
+            self.assertEqual(step.next, idem.Next.EXECUTE)
+            with self.assertRaises(idem.MisuseError):
+                step.finish(idem.APPLIED, result={1, 2})
+            step.close()
+
+
 class TimeoutWithoutStatus(LogTest):
     def test_unknown_fenced_late_already_applied(self):
         p = Provider()
