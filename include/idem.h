@@ -164,6 +164,10 @@ IDEM_API size_t idem_canon_erroffset(const idem_canon *c);
 */
 
 /* One decision to call a tool, as the harness sees it. */
+/* A call to guard.  Zero-initialize it (idem_call c = {0}, or memset) and
+** set the fields you use: a later version may add fields, which must then
+** read as NULL / 0.  (0.2.0 added turn; code built against 0.1 must be
+** rebuilt.) */
 typedef struct idem_call {
   const char *session; /* the harness's run id, non-empty          */
   const char *call_id; /* the model's tool-call id, non-empty      */

@@ -39,7 +39,7 @@ __all__ = [
     "APPLIED", "REJECTED", "NOT_APPLIED", "UNKNOWN", "library_path",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 library_path = _lib.path
 
 APPLIED = Outcome.APPLIED
