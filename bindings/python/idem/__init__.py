@@ -22,7 +22,8 @@ from .errors import (
     NotObjectError, PolicyError, NotFoundError, StoreError, BusyError,
     CorruptError, StaleError, ToolOutcome, Rejected, NotApplied)
 from .core import canon, key, Key, Policy, strerror, version
-from .guard import (Guard, Step, GuardedTool, Envelope, Outcome, Next)
+from .guard import (Guard, Step, GuardedTool, Envelope, Outcome, Next,
+                    current_key)
 from .harness import ToolCall
 from . import _lib
 
@@ -37,6 +38,7 @@ __all__ = [
     "canon", "key", "Key", "Policy", "strerror", "version",
     "Guard", "Step", "GuardedTool", "Envelope", "Outcome", "Next", "ToolCall",
     "APPLIED", "REJECTED", "NOT_APPLIED", "UNKNOWN", "library_path",
+    "current_key",
 ]
 
 __version__ = "0.2.0"

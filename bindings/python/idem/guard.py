@@ -14,6 +14,7 @@ Two ways to drive it:
 """
 import asyncio
 import atexit
+import contextvars
 import inspect
 import ctypes
 import enum
@@ -65,6 +66,7 @@ _tls = threading.local()
 _c_char_p = ctypes.c_char_p
 _pack_call = struct.Struct("PPPPNP").pack  # an idem_call, as bytes
 _OFF = L.BYTES_OFFSET
+_copy_context = contextvars.copy_context
 
 
 _sessions = {}
@@ -121,6 +123,47 @@ def _result_text(value):
         raise MisuseError("the tool returned %s, which is not JSON (%s); "
                           "return a dict, list, str, number, bool or None"
                           % (type(value).__name__, e)) from None
+
+
+def _verdict(run, is_check):
+    """Run a tool (or status function) and say what happened, the way the C
+    library takes it: (outcome, result text or None, error text or None)."""
+    try:
+        value = run()
+        if is_check and value is None:
+            return 3, None, None  # the status function found nothing
+        if isinstance(value, ToolOutcome):
+            raise value
+        return 1, _result_text(value), None
+    except ToolOutcome as e:
+        err = str(e).encode("utf-8", "replace") or None
+        return (3 if e.outcome == 2 and is_check else e.outcome), None, err
+    except BaseException as e:  # anything else: nobody knows
+        return 4, None, ("%s: %s" % (type(e).__name__, e)).encode(
+            "utf-8", "replace")
+
+
+# The idempotency key of the call a tool is running for (idem.current_key()).
+_current_key = contextvars.ContextVar("idem_current_key", default=None)
+
+
+def current_key():
+    """The idempotency key of the guarded call this tool runs for, or None
+    outside one.  Set for sync and async tools, and their status checks."""
+    return _current_key.get()
+
+
+def _in_context(fn, a, key, context=None):
+    """fn(a, key) in a copy of the caller's contextvars (context: the
+    Context the call was made in; None: the current one), with
+    current_key() set.  A copy: a Context runs in one thread at a time."""
+    ctx = (context or contextvars.copy_context()).copy()
+    return ctx.run(_with_key, fn, a, key)
+
+
+def _with_key(fn, a, key):
+    _current_key.set(key)
+    return fn(a, key)
 
 
 def _settled(value):
@@ -398,8 +441,13 @@ class Step(_Handle):
         self._check(L.step_poll(self._h()))
 
     def delivered(self):
-        """The model has been given the envelope."""
+        """The model is being given the envelope (call it first)."""
         self._check(L.step_delivered(self._h()))
+
+    def attempt_ended(self):
+        """The attempt about to be finished is known to have ended (the tool
+        returned): nothing of it can land later (SPEC 6a)."""
+        self._check(L.step_attempt_ended(self._h()))
 
     key = _accessor(L.step_key, _decode, "the idempotency key")
     args = _accessor(L.step_args, None, "the arguments to send: canonical "
@@ -476,24 +524,14 @@ def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
         if fn is None:
             _give(error_pp, b"the Python tool is gone")
             return 4
-        try:
-            a = json.loads(_string_at(args, args_len))
-            value = _settled(fn(a, key.decode("utf-8", "surrogateescape")))
-            if is_check and value is None:
-                return 3  # the status function found nothing: not applied
-            if isinstance(value, ToolOutcome):
-                raise value
-            _give(result_pp, _result_text(value))
-            return 1
-        except ToolOutcome as e:
-            _give(error_pp, str(e).encode("utf-8", "replace") or None)
-            if e.outcome == 2 and is_check:
-                return 3
-            return e.outcome
-        except BaseException as e:  # anything else: nobody knows
-            _give(error_pp, ("%s: %s" % (type(e).__name__, e)).encode(
-                "utf-8", "replace"))
-            return 4
+        a = json.loads(_string_at(args, args_len))
+        key = key.decode("utf-8", "surrogateescape")
+        context = getattr(t, "context", None)
+        outcome, result, error = _verdict(
+            lambda: _settled(_in_context(fn, a, key, context)), is_check)
+        _give(result_pp, result)
+        _give(error_pp, error)
+        return outcome
     except BaseException:
         return 4
     finally:
@@ -589,10 +627,13 @@ class GuardedTool:
             out = _c_char_p()
             out, ro = _tls.out = out, _byref(out)
         t = None if turn is None else _turn(turn)
+        ctx = _copy_context()
+        # the caller's contextvars reach the tool on the worker thread
+        wc = _WithContext(self, ctx) if len(ctx) else None
         rc = _guard_call(self.guard._gp, _pack_call(
             id(s) + _OFF, id(i) + _OFF, self._name_addr, id(a) + _OFF,
-            len(a), 0 if t is None else id(t) + _OFF), self._ctool_ref, ro,
-            None)
+            len(a), 0 if t is None else id(t) + _OFF),
+            self._ctool_ref if wc is None else _byref(wc._ctool), ro, None)
         if rc:
             if out:
                 _free(out)
@@ -608,6 +649,141 @@ class GuardedTool:
     def __call__(self, session, call_id, args, turn=None):
         return Envelope(self.call_json(session, call_id, args, turn))
 
+    async def acall(self, session, call_id, args, turn=None):
+        """Guard one call from asyncio; the Envelope.  The event loop is
+        never blocked: the log's writes run on threads (asyncio.to_thread),
+        an ``async def`` tool runs as a task of this loop (so it may use the
+        loop's client sessions), a plain one on a thread.  The guard owns
+        the deadline: past it the answer is outcome_unknown (after the
+        status check), while the tool's task goes on, and its result is
+        recorded when it comes (SPEC 6a: a task still running is an attempt
+        that can still land).  Cancelling the caller does not cancel the
+        attempt: the tool's task goes on and its outcome is recorded; the
+        action stays in doubt until then, so a repeat is fenced or
+        reconciled, never run twice.  See the binding's README."""
+        step = await asyncio.to_thread(self.guard.begin, session, call_id,
+                                       self.name, args, turn)
+        gone = []  # the caller was cancelled: the call goes on, unanswered
+        drive = asyncio.ensure_future(self._adrive(step, session, call_id,
+                                                   gone))
+        _detached.add(drive)
+        drive.add_done_callback(_detached.discard)
+        try:
+            return await asyncio.shield(drive)
+        except asyncio.CancelledError:
+            gone.append(1)
+            raise
+
+    async def _adrive(self, step, session, call_id, gone):
+        try:
+            return await self._asteps(step, session, call_id, gone)
+        finally:
+            step.close()
+
+    async def _asteps(self, step, session, call_id, gone):
+        while True:
+            n = step.next
+            if n == Next.ANSWER:
+                if not gone:  # a cancelled caller was told nothing
+                    await asyncio.to_thread(step.delivered)
+                return step.envelope
+            if n == Next.WAIT:
+                await asyncio.sleep(step.delay_ms / 1000)
+                await asyncio.to_thread(step.poll)
+            elif n == Next.EXECUTE:
+                if step.delay_ms:
+                    await asyncio.sleep(step.delay_ms / 1000)
+                task = _attempt(self.fn, json.loads(step.args), step.key,
+                                False)
+                done, _ = await asyncio.wait({task},
+                                             timeout=step.deadline_ms / 1000)
+                if done:
+                    outcome, result, error = task.result()
+                    await asyncio.to_thread(_finish_ended, step, outcome,
+                                            result, error)
+                else:
+                    _record_late(self.guard, session, call_id, step.token,
+                                 task)
+                    await asyncio.to_thread(
+                        step.finish, UNKNOWN_, None,
+                        "no answer within %d ms" % step.deadline_ms)
+            else:  # CHECK
+                if self.status is None:
+                    await asyncio.to_thread(step.resolve, UNKNOWN_)
+                    continue
+                task = _attempt(self.status, json.loads(step.check_target),
+                                step.check_key, True)
+                done, _ = await asyncio.wait({task},
+                                             timeout=step.deadline_ms / 1000)
+                outcome, result = UNKNOWN_, None
+                if done:
+                    outcome, result, _ = task.result()
+                await asyncio.to_thread(step.resolve, outcome, None,
+                                        result.decode() if result else None)
+
+
+UNKNOWN_ = 4
+_detached = set()  # tasks that outlive their caller: kept until they end
+
+
+def _attempt(fn, a, key, is_check):
+    """The tool (or status function) as a task of the running loop: an
+    async def is awaited on the loop, a plain function runs on a thread.
+    The task's result is (outcome, result text, error text)."""
+    async def run():
+        _current_key.set(key)
+        if inspect.iscoroutinefunction(fn):
+            try:
+                value = await fn(a, key)
+            except BaseException as e:  # judged below, as a sync tool's
+                exc = e
+
+                def value_of():
+                    raise exc
+                return _verdict(value_of, is_check)
+            return _verdict(lambda: value, is_check)
+        return await asyncio.to_thread(
+            _verdict, lambda: _settled(_in_context(fn, a, key)), is_check)
+    t = asyncio.ensure_future(run())
+    _detached.add(t)
+    t.add_done_callback(_detached.discard)
+    return t
+
+
+def _finish_ended(step, outcome, result, error):
+    step.attempt_ended()  # the tool returned: nothing of it can land later
+    step.finish(outcome, None, error.decode("utf-8", "replace")
+                if error else None, result.decode() if result else None)
+
+
+def _record_late(guard, session, call_id, token, task):
+    """When the tool's task ends after the deadline, record its outcome
+    (on a thread: the log's write)."""
+    def done(t):
+        if t.cancelled():
+            return
+        outcome, result, error = t.result()
+        _detached.add(asyncio.ensure_future(asyncio.to_thread(
+            guard.late, session, call_id, token, outcome, None,
+            error.decode("utf-8", "replace") if error else None,
+            result.decode() if result else None)))
+    task.add_done_callback(done)
+
+
+class _WithContext:
+    """A call of a GuardedTool that carries the caller's contextvars to the
+    guard's worker thread: registered under an id of its own, as the ctx of
+    a Tool struct made for the call."""
+
+    __slots__ = ("fn", "status", "context", "_ctool", "__weakref__")
+
+    def __init__(self, tool, context):
+        self.fn, self.status, self.context = tool.fn, tool.status, context
+        cid = next(_next_id)
+        _registry[cid] = self
+        self._ctool = L.Tool(_run_cb, _check_cb if tool.status
+                             else L.TOOL_FN(), cid)
+
 
 def _call_json_portable(self, session, call_id, args, turn=None):
     """GuardedTool.call_json where CPython's bytes layout is not known: a
@@ -616,10 +792,13 @@ def _call_json_portable(self, session, call_id, args, turn=None):
     i = _name(call_id, "call_id")
     a = _slow_args(args)
     out = _c_char_p()
+    ctx = _copy_context()
+    wc = _WithContext(self, ctx) if len(ctx) else None
     rc = _guard_call(self.guard._gp,
                      _byref(_Call(s, i, self._name, a, len(a),
                                   _turn(turn))),
-                     self._ctool_ref, _byref(out), None)
+                     self._ctool_ref if wc is None else _byref(wc._ctool),
+                     _byref(out), None)
     if rc:
         if out:
             _free(out)
