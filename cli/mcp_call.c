@@ -477,7 +477,7 @@ static int meta_id(const char *line, size_t len, const json_t *meta,
                    const char *name, char **out, char *why, size_t n) {
   const json_t *v = json_object_get(meta, name);
   size_t ml, vs, ve;
-  const char *mt = params_member(line, len, "_meta", &ml);
+  const char *mt;
   *out = NULL;
   if (!v) return 0;
   if (json_is_string(v)) {
@@ -495,6 +495,7 @@ static int meta_id(const char *line, size_t len, const json_t *meta,
   }
   if (json_is_number(v)) {
     /* the number's own text (jansson read it as a double) */
+    mt = params_member(line, len, "_meta", &ml);
     if (mt && mcp_member(mt, ml, name, &vs, &ve) == 1) {
       size_t i = vs + (mt[vs] == '-');
       while (i < ve && mt[i] >= '0' && mt[i] <= '9') i++;

@@ -198,17 +198,6 @@ int cli_text_cell(cli_outbuf *o, const char *s, size_t width) {
   return 0;
 }
 
-/* Is [p, p+n) text: valid UTF-8 without a NUL? */
-static int is_text(const char *p, size_t n) {
-  const unsigned char *q = (const unsigned char *)p, *end = q + n;
-  while (q < end) {
-    size_t k = *q < 0x80 ? (size_t)(*q != 0) : idem__utf8_len(q, end);
-    if (!k) return 0;
-    q += k;
-  }
-  return 1;
-}
-
 /* {"io.idem/base64":"..."}: n bytes that are not text, all of them, in
 ** base64 (RFC 4648, padded).  n is at most CLI_MAX_OUTPUT and a little:
 ** the size cannot overflow. */
@@ -249,7 +238,7 @@ char *cli_result_json(const char *out, size_t len) {
   idem__buf b;
   char *json = NULL;
   if (!out || len == 0) return NULL;
-  if (!is_text(out, len)) return bytes_json((const unsigned char *)out, len);
+  if (!idem__utf8_text(out, len)) return bytes_json((const unsigned char *)out, len);
   if (idem_canon_open(&c) != IDEM_OK) return NULL;
   idem_canon_limit(c, IDEM_LIMIT_BYTES, CLI_MAX_OUTPUT);
   if (idem_canon_json(c, out, len, &canon, &clen) == IDEM_OK) {

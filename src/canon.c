@@ -236,6 +236,14 @@ size_t idem__utf8_len(const unsigned char *p, const unsigned char *end) {
   return p < end ? utf8_len(p, end) : 0;
 }
 
+int idem__utf8_text(const char *p, size_t n) {
+  const unsigned char *q = (const unsigned char *)p, *end = q + n;
+  size_t k;
+  for (; q < end; q += k)
+    if (!(k = *q < 0x80 ? (size_t)(*q != 0) : utf8_len(q, end))) return 0;
+  return 1;
+}
+
 /*
 ** Text in other scripts, sixteen bytes at a time (x86-64 with SSSE3, chosen
 ** at run time: idem_canon_open sets c->simd).  scan_utf8() copies a string's

@@ -290,6 +290,10 @@ static const char *check_hint(idem_step *s, char *buf, size_t n) {
 
 static void note_fenced(idem_step *s, const char *whose);
 
+/* Why an action pending under an owner that is gone is in doubt. */
+static const char OWNER_GONE[] =
+    "the process running it stopped before recording an outcome";
+
 /* Remember what left our own action in doubt (the record's error). */
 static void set_why(idem_step *s, const char *why) {
   char *w = why ? idem__strdup(why) : NULL;
@@ -671,8 +675,7 @@ static int decide_existing(idem_step *s, idem_record *r) {
       return wait_or(s, NULL);
     }
     /* the owner is gone or its lease ran out */
-    set_why(s, "the process running it stopped before recording an "
-               "outcome");
+    set_why(s, OWNER_GONE);
     IDEM__FALLTHROUGH;
   case IDEM_STATE_IN_DOUBT:
     if (!(now = seize(s, r, IDEM_STATE_IN_DOUBT, 0, &rc))) return rc;
@@ -711,8 +714,6 @@ static int decide_existing(idem_step *s, idem_record *r) {
   }
 }
 
-/* Record this call as a duplicate of the earlier action e (succeeded) and
-** answer already_applied. */
 /* Was e issued in the same model turn as this call (SPEC §6.4)?  This
 ** call names its turn and e names the same; or it names none, and e began
 ** within the tool's coalesce_ms before it (or after it: a racing call of
@@ -724,6 +725,8 @@ static int same_turn(const idem_step *s, const idem_record *e) {
          e->created >= s->started - s->rule->coalesce_ms;
 }
 
+/* Record this call as a duplicate of the earlier action e (succeeded) and
+** answer already_applied. */
 static int deduplicate(idem_step *s, const idem_record *e) {
   idem_record rec, *found = NULL;
   idem__change ch;
@@ -1015,12 +1018,7 @@ static int step_ok(const idem_step *s) {
 /* Is s valid UTF-8 (NULL is)?  Ids go into keys, records and envelopes,
 ** all JSON. */
 static int utf8_ok(const char *s) {
-  const unsigned char *p = (const unsigned char *)s, *end;
-  size_t n;
-  if (!s) return 1;
-  for (end = p + strlen(s); p < end; p += n)
-    if (!(n = *p < 0x80 ? 1 : idem__utf8_len(p, end))) return 0;
-  return 1;
+  return !s || idem__utf8_text(s, strlen(s));
 }
 
 int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
@@ -1048,14 +1046,17 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
   if (call->turn && !*call->turn)
     return gfail(IDEM_MISUSE, "the turn id is empty: give the model turn's "
                               "id, or none");
-  if (!utf8_ok(call->session) || !utf8_ok(call->call_id) ||
-      !utf8_ok(call->tool) || !utf8_ok(call->turn))
-    return gfail(IDEM_INVALID, "the %s is not valid UTF-8; nothing was run "
-                               "or recorded",
-                 !utf8_ok(call->session)   ? "session id"
-                 : !utf8_ok(call->call_id) ? "call id"
-                 : !utf8_ok(call->tool)    ? "tool name"
-                                           : "turn id");
+  {
+    const char *bad = !utf8_ok(call->session)   ? "session id"
+                      : !utf8_ok(call->call_id) ? "call id"
+                      : !utf8_ok(call->tool)    ? "tool name"
+                      : !utf8_ok(call->turn)    ? "turn id"
+                                                : NULL;
+    if (bad)
+      return gfail(IDEM_INVALID,
+                   "the %s is not valid UTF-8; nothing was run or recorded",
+                   bad);
+  }
   s->rule = idem__policy_rule(g->policy, s->tool, &s->scratch);
 
   if (s->rule->cls == IDEM_CLASS_REFUSED)
@@ -2005,9 +2006,7 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
     idem_record_free(r);
     return rc;
   }
-  set_why(s, r->error ? r->error
-                      : "the process running it stopped before recording "
-                        "an outcome");
+  set_why(s, r->error ? r->error : OWNER_GONE);
   lease_change(s, &ch, r, IDEM_STATE_IN_DOUBT, 0);
   rc = g->st->vt->change(g->st, &ch, &now);
   idem_record_free(r);

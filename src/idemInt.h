@@ -152,6 +152,8 @@ int idem__canon_unstring(idem__buf *b, const char *canon, size_t n);
 
 /* Length of the valid UTF-8 sequence at p (Unicode Table 3-7), 0 if none. */
 size_t idem__utf8_len(const unsigned char *p, const unsigned char *end);
+/* Is [p, p+n) text: valid UTF-8 without a NUL byte? */
+int idem__utf8_text(const char *p, size_t n);
 
 /* For messages that concern no byte of the input. */
 #define IDEM__NO_OFFSET ((size_t)-1)

@@ -1384,14 +1384,15 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
   say(t, "One turn, one action: identical calls the model made in one turn "
          "are one decision. When the harness names the turn, the first "
          "identical call of a turn runs and the others are answered "
-         "already_applied with its result, even after it was told. Calls "
-         "without a turn id count as one turn when they begin within ");
+         "already_applied with its result, even after it was told. ");
   if (r->coalesce_ms > 0) {
+    say(t, "Calls without a turn id count as one turn when they begin "
+           "within ");
     say_ms(t, r->coalesce_ms);
     say(t, " of each other (coalesce_ms).\n\n");
   } else
-    say(t, "... no window: coalesce_ms is 0, so without a turn id only the "
-           "fence above holds them.\n\n");
+    say(t, "Calls without a turn id have no window (coalesce_ms is 0): "
+           "only the fence above holds them.\n\n");
 
   say(t,
       "The key: idem mints SESSION:CALLID:DIGEST, DIGEST being the first "

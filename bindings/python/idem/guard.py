@@ -705,24 +705,23 @@ class GuardedTool:
                     _record_late(self.guard, session, call_id, step.token,
                                  task)
                     await asyncio.to_thread(
-                        step.finish, UNKNOWN_, None,
+                        step.finish, Outcome.UNKNOWN, None,
                         "no answer within %d ms" % step.deadline_ms)
             else:  # CHECK
                 if self.status is None:
-                    await asyncio.to_thread(step.resolve, UNKNOWN_)
+                    await asyncio.to_thread(step.resolve, Outcome.UNKNOWN)
                     continue
                 task = _attempt(self.status, json.loads(step.check_target),
                                 step.check_key, True)
                 done, _ = await asyncio.wait({task},
                                              timeout=step.deadline_ms / 1000)
-                outcome, result = UNKNOWN_, None
+                outcome, result = Outcome.UNKNOWN, None
                 if done:
                     outcome, result, _ = task.result()
                 await asyncio.to_thread(step.resolve, outcome, None,
                                         result.decode() if result else None)
 
 
-UNKNOWN_ = 4
 _detached = set()  # tasks that outlive their caller: kept until they end
 
 
