@@ -60,13 +60,28 @@ int cli_read_all(const char *path, size_t max, char **out, size_t *len,
 
 /* ---- lines.c: --lines modes on every core -------------------------------- */
 
-/* A growable output buffer of one worker: the library's own, so the
-** canonicalizer can write into it directly (idem__canon_append; the
-** verbs that use it include idemInt.h).  lines.c makes its cap SIZE_MAX. */
-typedef struct idem__buf cli_outbuf;
+/* A growable output buffer, up to cap bytes (SIZE_MAX: no cap). */
+typedef struct cli_outbuf {
+  char *p;      /* the bytes (NULL until the first growth) */
+  size_t len;   /* bytes in use                            */
+  size_t alloc; /* bytes allocated                         */
+  size_t cap;   /* the most it may ever allocate           */
+} cli_outbuf;
 
-/* Append n bytes at p; nonzero when memory ran out. */
+void cli_outbuf_init(cli_outbuf *o, size_t cap);
+void cli_outbuf_free(cli_outbuf *o);
+/* Make room for more bytes past len; nonzero when memory ran out or the
+** cap forbids (the contents are kept). */
+int cli_outbuf_reserve(cli_outbuf *o, size_t more);
+/* Append n bytes at p / the string s; nonzero as for reserve. */
 int cli_outbuf_put(cli_outbuf *o, const void *p, size_t n);
+int cli_outbuf_str(cli_outbuf *o, const char *s);
+/* Append the JSON string of the UTF-8 text s (NULL: null), canonical, made
+** with c; nonzero when s is not UTF-8 or memory ran out. */
+int cli_outbuf_json(cli_outbuf *o, idem_canon *c, const char *s);
+
+/* Is [p, p+n) text: valid UTF-8 without a NUL byte? */
+int cli_utf8_text(const char *p, size_t n);
 
 /* Turn one input line (without its newline) into output: append the
 ** answer and its newline to out and return NULL, or return the error
@@ -166,9 +181,7 @@ void cli_env_free(cli_env *e);
 
 /* idem exec: a command's exit (res) -> outcome under the rule's
 ** exit_codes, and in words (deadline: the one it missed, if it did). */
-struct idem__tool_rule;
-int cli_exec_outcome(const struct idem__tool_rule *r,
-                     const cli_run_result *res);
+int cli_exec_outcome(const idem_tool_info *r, const cli_run_result *res);
 void cli_exec_describe(const cli_run_result *res, long long deadline,
                        char *buf, size_t n);
 

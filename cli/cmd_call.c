@@ -85,7 +85,7 @@ int cmd_call(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *args = "{}";
-  idem_call call = {NULL, NULL, NULL, NULL, 0, NULL};
+  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL};
   char *stdin_args = NULL;
   idem_policy *policy = NULL;
   idem_guard *g = NULL;

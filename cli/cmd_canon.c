@@ -7,14 +7,17 @@
 #include <string.h>
 
 #include "cli.h"
-#include "idemInt.h"
 
 static const char *canon_line(void *state, const char *line, size_t len,
                               cli_outbuf *out) {
   idem_canon *c = state;
-  if (idem__canon_append(c, line, len, out) != IDEM_OK)
+  const char *canon;
+  size_t n;
+  if (idem_canon_json(c, line, len, &canon, &n) != IDEM_OK)
     return idem_canon_errmsg(c);
-  return cli_outbuf_put(out, "\n", 1) ? "out of memory" : NULL;
+  return cli_outbuf_put(out, canon, n) || cli_outbuf_put(out, "\n", 1)
+             ? "out of memory"
+             : NULL;
 }
 
 /* Canonicalize stdin line by line, on every core: a rejected line prints

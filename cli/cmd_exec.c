@@ -22,6 +22,7 @@
 */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,7 +31,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "idemInt.h"
 
 extern char **environ;
 
@@ -44,7 +44,7 @@ static int in_list(const int *codes, int n, int code) {
   return 0;
 }
 
-int cli_exec_outcome(const idem__tool_rule *r, const cli_run_result *res) {
+int cli_exec_outcome(const idem_tool_info *r, const cli_run_result *res) {
   if (res->timed_out || !res->exited) return IDEM_OUTCOME_UNKNOWN;
   if (in_list(r->exit_applied, r->n_exit_applied, res->exit_code))
     return IDEM_OUTCOME_APPLIED;
@@ -83,7 +83,7 @@ void cli_exec_describe(const cli_run_result *res, long long deadline,
 
 /* ---- one attempt, through the runner ----------------------------------------- */
 
-static void codes_arg(char *buf, size_t n, const idem__tool_rule *r) {
+static void codes_arg(char *buf, size_t n, const idem_tool_info *r) {
   size_t k = 0;
   const int *lists[3] = {r->exit_applied, r->exit_not_applied,
                          r->exit_rejected};
@@ -103,7 +103,7 @@ typedef struct exec_ctx {
   char **command;
   int ncommand;
   const idem_call *call;
-  const idem__tool_rule *rule;
+  const idem_tool_info *rule;
 } exec_ctx;
 
 /* Run the command once for step s; the outcome, result and error out. */
@@ -111,7 +111,7 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
                    char *error, size_t errn) {
   const exec_ctx *x = ctx;
   const idem_call *call = x->call;
-  const idem__tool_rule *rule = x->rule;
+  const idem_tool_info *rule = x->rule;
   char token[32], codes[512], self[4096], lease[32], timeout[32], settle[32];
   char head[32];
   char **argv;
@@ -128,7 +128,7 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
   if (n <= 0) return -1;
   self[n] = '\0';
   snprintf(token, sizeof token, "%lld", idem_step_token(s));
-  snprintf(lease, sizeof lease, "%lld", idem__lease_ms(rule));
+  snprintf(lease, sizeof lease, "%lld", rule->lease_ms);
   snprintf(timeout, sizeof timeout, "%lld", deadline);
   snprintf(settle, sizeof settle, "%lld", (long long)rule->settle_ms);
   codes_arg(codes, sizeof codes, rule);
@@ -231,12 +231,22 @@ static int attempt(void *ctx, idem_step *s, int *outcome, char **result,
 
 /* ---- policy overrides from the command line ------------------------------- */
 
+/*
+** The policy of the call: the file's, or without one, this tool guarded
+** with the defaults.  --timeout and --status change what the policy says
+** of the tool, so they are written into its text - the command is a client
+** of the library and changes nothing of a loaded policy: the file is read
+** and checked as it is (its messages name its own fields), then its tool's
+** entry is changed and the whole checked again.
+*/
 static int load_policy(const char *path, const char *tool, long long timeout,
                        const char *status, idem_policy **out) {
   idem_policy *p = NULL;
-  idem__tool_rule scratch;
-  const idem__tool_rule *r;
+  json_t *doc = NULL, *entry;
+  json_error_t jerr;
+  char *text;
   int rc;
+  *out = NULL;
   if (path) {
     rc = idem_policy_load(path, &p);
     if (rc) {
@@ -244,50 +254,56 @@ static int load_policy(const char *path, const char *tool, long long timeout,
       idem_policy_free(p);
       return rc == IDEM_POLICY ? EXIT_DATA : EXIT_FAIL;
     }
+    if (timeout <= 0 && !status) {
+      *out = p;
+      return EXIT_OK;
+    }
+    /* the policy's decision comes first: a tool it refuses is answered
+    ** refused by the guard, whatever the flags say */
+    if (idem_policy_class(p, tool) == IDEM_CLASS_REFUSED) {
+      *out = p;
+      return EXIT_OK;
+    }
+    idem_policy_free(p);
+    p = NULL;
+    doc = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
   } else {
-    /* no policy: this tool, guarded with the defaults */
-    idem__buf b;
-    size_t bad;
-    idem__buf_init(&b, 1 << 20);
-    rc = idem__buf_append(&b, "{\"tools\":{", 10);
-    if (!rc) rc = idem__canon_string(&b, tool, strlen(tool), &bad);
-    if (!rc) rc = idem__buf_append(&b, ":{\"class\":\"guarded\"}}}", 22);
-    if (rc || idem_policy_parse(b.p, b.len, "the default policy", &p)) {
+    doc = json_pack("{s:{s:{s:s}}}", "tools", tool, "class", "guarded");
+  }
+  entry = json_object_get(json_object_get(doc, "tools"), tool);
+  if (!json_is_object(entry)) {
+    json_decref(doc);
+    if (!doc) {
       cli_err("the tool name is not valid UTF-8: %s", tool);
-      idem__buf_free(&b);
-      idem_policy_free(p);
       return EXIT_USAGE;
     }
-    idem__buf_free(&b);
-  }
-  r = idem__policy_rule(p, tool, &scratch);
-  /* the policy's decision comes first: a tool it refuses is answered
-  ** refused by the guard, whatever the flags say */
-  if ((timeout > 0 || status) && r == &scratch &&
-      r->cls != IDEM_CLASS_REFUSED) {
     cli_err("--timeout and --status need %s to be named in the policy", tool);
-    idem_policy_free(p);
     return EXIT_USAGE;
   }
-  if (r != &scratch) {
-    idem__tool_rule *w = (idem__tool_rule *)(uintptr_t)r;
-    if (timeout > 0) {
-      if (w->reconcile_timeout_ms == w->timeout_ms)
-        w->reconcile_timeout_ms = timeout;
-      w->timeout_ms = timeout;
-    }
-    if (status) {
-      char *cmd = idem__strdup(status);
-      if (!cmd) {
-        idem_policy_free(p);
-        return EXIT_FAIL;
-      }
-      idem__free(w->status.command);
-      idem__free(w->status.tool);
-      w->status.tool = NULL;
-      w->status.command = cmd;
-      w->has_status = 1;
-    }
+  if (timeout > 0) {
+    json_t *t = json_object_get(entry, "timeout_ms");
+    json_t *r = json_object_get(entry, "reconcile_timeout_ms");
+    /* a reconcile bound that follows the timeout keeps following it */
+    if (t && r && json_equal(t, r))
+      json_object_set_new(entry, "reconcile_timeout_ms", json_integer(timeout));
+    json_object_set_new(entry, "timeout_ms", json_integer(timeout));
+  }
+  if (status)
+    json_object_set_new(entry, "status", json_pack("{s:s}", "command", status));
+  text = json_dumps(doc, JSON_COMPACT);
+  json_decref(doc);
+  if (!text) {
+    cli_err("out of memory");
+    return EXIT_FAIL;
+  }
+  rc = idem_policy_parse(text, strlen(text),
+                         path ? path : "the default policy", &p);
+  free(text);
+  if (rc) {
+    cli_err("%s with --timeout/--status: %s", path ? path : "the policy",
+            p ? idem_policy_errmsg(p) : "out of memory");
+    idem_policy_free(p);
+    return rc == IDEM_POLICY ? EXIT_USAGE : EXIT_FAIL;
   }
   *out = p;
   return EXIT_OK;
@@ -307,14 +323,13 @@ int cmd_exec(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *args = "{}", *status = NULL;
-  idem_call call = {NULL, NULL, NULL, NULL, 0, NULL};
+  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL};
   size_t timeout = 0;
-  char *stdin_args = NULL, logbuf[4200];
+  char *stdin_args = NULL;
   idem_policy *policy = NULL;
   idem_guard *g = NULL;
   idem_step *s = NULL;
-  idem__tool_rule scratch;
-  const idem__tool_rule *rule;
+  idem_tool_info rule = {.size = sizeof rule};
   exec_ctx x;
   cli_driver d;
   int ch, rc, code = EXIT_FAIL;
@@ -350,24 +365,22 @@ int cmd_exec(int argc, char **argv) {
     free(stdin_args);
     return rc;
   }
-  /* the runner needs the very log we use */
-  if (!log) log = idem__default_log(logbuf, sizeof logbuf);
-  x.log = log;
-  rule = idem__policy_rule(policy, call.tool, &scratch);
+  idem_policy_tool(policy, call.tool, &rule);
 
   if ((rc = idem_guard_open(log, policy, &g))) {
     cli_err("%s; the command was not run", idem_guard_errmsg(g));
     goto out;
   }
   /* the runner, not this process, executes each attempt (runner.c) */
-  idem__guard_defer_start(g);
+  idem_guard_set(g, IDEM_GUARD_EXECUTOR_HANDS_IN, 1);
   if ((rc = idem_guard_begin(g, &call, &s))) {
     cli_err("%s; the command was not run", idem_guard_errmsg(g));
     goto out;
   }
   x.call = &call;
-  x.rule = rule;
-  x.front = idem__guard_owner(g);
+  x.rule = &rule;
+  x.log = idem_guard_log(g); /* the runner opens the very log we use */
+  x.front = idem_guard_owner(g);
   memset(&d, 0, sizeof d);
   d.execute = attempt;
   d.ctx = &x;

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "idemInt.h"
 
 /* The key, or {"fingerprint","key","payload"} with --json, and a newline. */
 static int put_key(cli_outbuf *o, const idem_key *k, int json) {
@@ -78,8 +77,8 @@ int cmd_key(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   size_t depth = IDEM_DEFAULT_MAX_DEPTH, bytes = IDEM_DEFAULT_MAX_BYTES;
-  idem_keyspec spec = {NULL, 0};
-  idem_call call = {NULL, NULL, NULL, NULL, 0, NULL};
+  idem_keyspec spec = {sizeof spec, NULL, 0};
+  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL};
   int json = 0, lines = 0, ch, rc, err, truncated;
   char *text = NULL;
   idem_canon *c;
@@ -158,9 +157,9 @@ int cmd_key(int argc, char **argv) {
   rc = idem_key_mint(c, &call, &spec, &k);
   if (rc == IDEM_OK) {
     cli_outbuf o;
-    idem__buf_init(&o, SIZE_MAX);
+    cli_outbuf_init(&o, SIZE_MAX);
     if (put_key(&o, &k, json) == 0) fwrite(o.p, 1, o.len, stdout);
-    idem__buf_free(&o);
+    cli_outbuf_free(&o);
     rc = cli_flush();
   } else {
     cli_err("%s", idem_canon_errmsg(c));

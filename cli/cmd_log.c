@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -14,24 +15,19 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "idemInt.h"
 
 /* ---- the log ------------------------------------------------------------------ */
 
-static const char *log_url(const char *given, char *buf, size_t n) {
-  return given ? given : idem__default_log(buf, n);
-}
-
-static idem__store *open_store(const char *given) {
-  char buf[4200];
-  const char *url = log_url(given, buf, sizeof buf);
-  idem__store *st = NULL;
-  if (idem__store_open(url, &st) != IDEM_OK) {
-    cli_err("%s", st ? st->vt->errmsg(st) : "out of memory");
-    if (st) st->vt->close(st);
+/* The log named (NULL: the default one), through a guard without a policy:
+** what any C program that uses libidem would do. */
+static idem_guard *open_log(const char *given) {
+  idem_guard *g = NULL;
+  if (idem_guard_open(given, NULL, &g) != IDEM_OK) {
+    cli_err("%s", g ? idem_guard_errmsg(g) : "out of memory");
+    idem_guard_close(g);
     return NULL;
   }
-  return st;
+  return g;
 }
 
 static int state_by_name(const char *name) {
@@ -42,67 +38,73 @@ static int state_by_name(const char *name) {
 
 /* ---- printing records ------------------------------------------------------------ */
 
-static void put_str(idem__buf *b, const char *k, const char *v, int *first) {
-  size_t bad;
-  idem__buf_append(b, *first ? "{\"" : ",\"", 2);
-  *first = 0;
-  idem__buf_append(b, k, strlen(k));
-  idem__buf_append(b, "\":", 2);
-  if (!v || idem__canon_string(b, v, strlen(v), &bad) != IDEM_OK)
-    idem__buf_append(b, "null", 4);
+/* A record as one JSON object: members appended by put_* (a failure to
+** grow shows as a short line, never as bad JSON: print_json checks). */
+typedef struct jsonw {
+  cli_outbuf b;
+  idem_canon *c; /* for the strings */
+  int first, err;
+} jsonw;
+
+static void put_key(jsonw *w, const char *k) {
+  w->err |= cli_outbuf_put(&w->b, w->first ? "{\"" : ",\"", 2) ||
+            cli_outbuf_str(&w->b, k) || cli_outbuf_put(&w->b, "\":", 2);
+  w->first = 0;
 }
 
-static void put_raw(idem__buf *b, const char *k, const char *v, int *first) {
-  idem__buf_append(b, *first ? "{\"" : ",\"", 2);
-  *first = 0;
-  idem__buf_append(b, k, strlen(k));
-  idem__buf_append(b, "\":", 2);
-  idem__buf_append(b, v ? v : "null", strlen(v ? v : "null"));
+static void put_str(jsonw *w, const char *k, const char *v) {
+  put_key(w, k);
+  /* the log's strings are UTF-8 (the guard refuses others); null if not */
+  if (cli_outbuf_json(&w->b, w->c, v)) w->err |= cli_outbuf_str(&w->b, "null");
 }
 
-static void put_num(idem__buf *b, const char *k, long long v, int *first) {
+static void put_raw(jsonw *w, const char *k, const char *v) {
+  put_key(w, k);
+  w->err |= cli_outbuf_str(&w->b, v ? v : "null");
+}
+
+static void put_num(jsonw *w, const char *k, long long v) {
   char num[32];
   snprintf(num, sizeof num, "%lld", v);
-  put_raw(b, k, num, first);
+  put_raw(w, k, num);
 }
 
 /* Append the NUL-terminated s as it is (our own text); nonzero when out of
 ** memory. */
-static int put_text(idem__buf *b, const char *s) {
-  return idem__buf_append(b, s, strlen(s)) != IDEM_OK;
-}
+static int put_text(cli_outbuf *b, const char *s) { return cli_outbuf_str(b, s); }
 
-static void print_json(const idem_record *r) {
-  idem__buf b;
-  int first = 1;
-  idem__buf_init(&b, (size_t)1 << 30);
-  put_str(&b, "session", r->session, &first);
-  put_str(&b, "call_id", r->call_id, &first);
-  put_str(&b, "tool", r->tool, &first);
-  put_str(&b, "state", idem_state_name(r->state), &first);
-  put_num(&b, "attempts", r->attempts, &first);
-  put_str(&b, "key", r->key, &first);
-  put_str(&b, "fingerprint", r->fingerprint, &first);
-  put_raw(&b, "args", r->args, &first);
-  put_raw(&b, "result", r->result, &first);
-  put_str(&b, "error", r->error, &first);
-  put_str(&b, "resolution", idem_resolution_name(r->resolution), &first);
-  put_num(&b, "delivered", r->delivered, &first);
-  put_str(&b, "duplicate_of", r->duplicate_of, &first);
-  put_str(&b, "turn", r->turn, &first);
-  put_str(&b, "owner", r->owner, &first);
-  put_num(&b, "lease_until", r->lease_until, &first);
-  put_num(&b, "token", r->token, &first);
-  put_num(&b, "created", r->created, &first);
-  put_num(&b, "updated", r->updated, &first);
-  put_num(&b, "expires", r->expires, &first);
-  put_str(&b, "fence_key", r->fence_key, &first);
-  put_str(&b, "executor", r->executor, &first);
-  put_num(&b, "pgid", r->pgid, &first);
-  put_num(&b, "settle_from", r->settle_from, &first);
-  idem__buf_append(&b, "}\n", 2);
-  fwrite(b.p, 1, b.len, stdout);
-  idem__buf_free(&b);
+static int print_json(const idem_record *r, idem_canon *c) {
+  jsonw w = {{NULL, 0, 0, 0}, c, 1, 0};
+  jsonw *b = &w;
+  cli_outbuf_init(&w.b, (size_t)1 << 30);
+  put_str(b, "session", r->session);
+  put_str(b, "call_id", r->call_id);
+  put_str(b, "tool", r->tool);
+  put_str(b, "state", idem_state_name(r->state));
+  put_num(b, "attempts", r->attempts);
+  put_str(b, "key", r->key);
+  put_str(b, "fingerprint", r->fingerprint);
+  put_raw(b, "args", r->args);
+  put_raw(b, "result", r->result);
+  put_str(b, "error", r->error);
+  put_str(b, "resolution", idem_resolution_name(r->resolution));
+  put_num(b, "delivered", r->delivered);
+  put_str(b, "duplicate_of", r->duplicate_of);
+  put_str(b, "turn", r->turn);
+  put_str(b, "owner", r->owner);
+  put_num(b, "lease_until", r->lease_until);
+  put_num(b, "token", r->token);
+  put_num(b, "created", r->created);
+  put_num(b, "updated", r->updated);
+  put_num(b, "expires", r->expires);
+  put_str(b, "fence_key", r->fence_key);
+  put_str(b, "executor", r->executor);
+  put_num(b, "pgid", r->pgid);
+  put_num(b, "settle_from", r->settle_from);
+  w.err |= cli_outbuf_put(&w.b, "}\n", 2);
+  if (!w.err) fwrite(w.b.p, 1, w.b.len, stdout);
+  cli_outbuf_free(&w.b);
+  return w.err;
 }
 
 static void when(long long ms, char *buf, size_t n) {
@@ -117,50 +119,48 @@ static void when(long long ms, char *buf, size_t n) {
 }
 
 typedef struct ls_ctx {
-  int json;
+  int json, failed;
   size_t n;
+  idem_canon *c;
 } ls_ctx;
 
-static int ls_row(const idem_record *r, void *arg) {
+static int ls_row(void *arg, const idem_record *r) {
   ls_ctx *x = arg;
   char created[32], tail[64];
-  idem__buf b;
+  cli_outbuf b;
   x->n++;
-  if (x->json) {
-    print_json(r);
-    return 0;
-  }
+  if (x->json) return x->failed = print_json(r, x->c);
   when(r->created, created, sizeof created);
   snprintf(tail, sizeof tail, " %-12s %3d  %s  ", idem_state_name(r->state),
            r->attempts, created);
   /* the ids and the key (which holds them) are the client's: shown */
-  idem__buf_init(&b, (size_t)1 << 30);
+  cli_outbuf_init(&b, (size_t)1 << 30);
   if (cli_text_cell(&b, r->session, 20) || put_text(&b, " ") ||
       cli_text_cell(&b, r->call_id, 20) || put_text(&b, " ") ||
       cli_text_cell(&b, r->tool, 18) || put_text(&b, tail) ||
       cli_text(&b, r->key, 0) || put_text(&b, "\n")) {
-    idem__buf_free(&b);
-    return 1;
+    cli_outbuf_free(&b);
+    return x->failed = 1;
   }
   fwrite(b.p, 1, b.len, stdout);
-  idem__buf_free(&b);
+  cli_outbuf_free(&b);
   return 0;
 }
 
 /* One line of `idem show`: the label, then v shown (cli_text). */
-static int show_line(idem__buf *b, const char *label, const char *v, int json) {
+static int show_line(cli_outbuf *b, const char *label, const char *v, int json) {
   char head[16];
   snprintf(head, sizeof head, "%-14s", label);
   return put_text(b, head) || cli_text(b, v, json) || put_text(b, "\n");
 }
 
-static int show_num(idem__buf *b, const char *label, long long v) {
+static int show_num(cli_outbuf *b, const char *label, long long v) {
   char num[32];
   snprintf(num, sizeof num, "%lld", v);
   return show_line(b, label, num, 0);
 }
 
-static int show_when(idem__buf *b, const char *label, long long ms) {
+static int show_when(cli_outbuf *b, const char *label, long long ms) {
   char t[32];
   when(ms, t, sizeof t);
   return show_line(b, label, t, 0);
@@ -168,9 +168,9 @@ static int show_when(idem__buf *b, const char *label, long long ms) {
 
 /* The record for people; every text of it shown by cli_text. */
 static int print_text(const idem_record *r) {
-  idem__buf b;
+  cli_outbuf b;
   int rc;
-  idem__buf_init(&b, (size_t)1 << 30);
+  cli_outbuf_init(&b, (size_t)1 << 30);
   rc = show_line(&b, "session", r->session, 0) ||
        show_line(&b, "call", r->call_id, 0) ||
        show_line(&b, "tool", r->tool, 0) ||
@@ -195,7 +195,7 @@ static int print_text(const idem_record *r) {
        show_num(&b, "pgid", r->pgid) ||
        show_when(&b, "settle from", r->settle_from);
   if (!rc) fwrite(b.p, 1, b.len, stdout);
-  idem__buf_free(&b);
+  cli_outbuf_free(&b);
   return rc;
 }
 
@@ -220,9 +220,9 @@ int cmd_ls(int argc, char **argv) {
       {"limit", required_argument, NULL, 'n'},
       {NULL, 0, NULL, 0}};
   const char *log = NULL;
-  idem__filter f = {NULL, 0, 0};
-  ls_ctx x = {0, 0};
-  idem__store *st;
+  idem_filter f = {sizeof f, NULL, 0, 0, 0};
+  ls_ctx x = {0, 0, 0, NULL};
+  idem_guard *g;
   int ch, rc, state;
   while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (ch) {
@@ -243,21 +243,31 @@ int cmd_ls(int argc, char **argv) {
     }
   }
   if (optind < argc) return cli_usage("ls", "too many arguments");
-  if (!(st = open_store(log))) return EXIT_FAIL;
+  if (idem_canon_open(&x.c) != IDEM_OK) {
+    cli_err("out of memory");
+    return EXIT_FAIL;
+  }
+  if (!(g = open_log(log))) {
+    idem_canon_close(x.c);
+    return EXIT_FAIL;
+  }
   if (!x.json)
     printf("%-20s %-20s %-18s %-12s %3s  %-20s  %s\n", "SESSION", "CALL",
            "TOOL", "STATE", "TRY", "CREATED", "KEY");
-  rc = st->vt->list(st, &f, ls_row, &x);
-  if (rc) cli_err("%s", st->vt->errmsg(st));
-  st->vt->close(st);
-  if (rc) return EXIT_FAIL;
+  rc = idem_guard_list(g, &f, ls_row, &x);
+  if (rc) cli_err("%s", idem_guard_errmsg(g));
+  else if (x.failed) cli_err("out of memory");
+  idem_guard_close(g);
+  idem_canon_close(x.c);
+  if (rc || x.failed) return EXIT_FAIL;
   return cli_flush();
 }
 
 int cmd_show(int argc, char **argv) {
   static const struct option opts[] = {LOG_OPTS, {NULL, 0, NULL, 0}};
   const char *log = NULL;
-  idem__store *st;
+  idem_guard *g;
+  idem_canon *c = NULL;
   idem_record *r = NULL;
   int ch, rc, json = 0;
   while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
@@ -270,27 +280,27 @@ int cmd_show(int argc, char **argv) {
   }
   if (argc - optind != 2)
     return cli_usage("show", "SESSION and CALL are required");
-  if (!(st = open_store(log))) return EXIT_FAIL;
-  rc = st->vt->get(st, argv[optind], argv[optind + 1], &r);
+  if (!(g = open_log(log))) return EXIT_FAIL;
+  rc = idem_guard_record(g, argv[optind], argv[optind + 1], &r);
   if (rc == IDEM_NOTFOUND) {
     cli_err("no record of call %s in session %s", argv[optind + 1],
             argv[optind]);
-    st->vt->close(st);
+    idem_guard_close(g);
     return EXIT_FAIL;
   }
   if (rc) {
-    cli_err("%s", st->vt->errmsg(st));
-    st->vt->close(st);
+    cli_err("%s", idem_guard_errmsg(g));
+    idem_guard_close(g);
     return EXIT_FAIL;
   }
-  if (json)
-    print_json(r);
-  else if (print_text(r)) {
+  if (json ? idem_canon_open(&c) != IDEM_OK || print_json(r, c)
+           : print_text(r)) {
     cli_err("out of memory");
     rc = EXIT_FAIL;
   }
+  idem_canon_close(c);
   idem_record_free(r);
-  st->vt->close(st);
+  idem_guard_close(g);
   if (rc) return rc;
   return cli_flush();
 }
@@ -298,8 +308,8 @@ int cmd_show(int argc, char **argv) {
 int cmd_stats(int argc, char **argv) {
   static const struct option opts[] = {LOG_OPTS, {NULL, 0, NULL, 0}};
   const char *log = NULL;
-  long long counts[8] = {0}, total = 0;
-  idem__store *st;
+  idem_stats st = {sizeof st, 0, {0}};
+  idem_guard *g;
   int ch, json = 0, rc, i;
   while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (ch) {
@@ -310,36 +320,33 @@ int cmd_stats(int argc, char **argv) {
     }
   }
   if (optind < argc) return cli_usage("stats", "too many arguments");
-  if (!(st = open_store(log))) return EXIT_FAIL;
-  rc = st->vt->stats(st, counts);
+  if (!(g = open_log(log))) return EXIT_FAIL;
+  rc = idem_guard_stats(g, &st);
   if (rc) {
-    cli_err("%s", st->vt->errmsg(st));
-    st->vt->close(st);
+    cli_err("%s", idem_guard_errmsg(g));
+    idem_guard_close(g);
     return EXIT_FAIL;
   }
-  for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
-    total += counts[i];
   if (json) {
     printf("{");
     for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
-      printf("\"%s\":%lld,", idem_state_name(i), counts[i]);
-    printf("\"total\":%lld}\n", total);
+      printf("\"%s\":%lld,", idem_state_name(i), st.by_state[i]);
+    printf("\"total\":%lld}\n", st.records);
   } else {
     for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
-      printf("%-13s %lld\n", idem_state_name(i), counts[i]);
-    printf("%-13s %lld\n", "total", total);
+      printf("%-13s %lld\n", idem_state_name(i), st.by_state[i]);
+    printf("%-13s %lld\n", "total", st.records);
   }
-  st->vt->close(st);
+  idem_guard_close(g);
   return cli_flush();
 }
 
 int cmd_gc(int argc, char **argv) {
   static const struct option opts[] = {LOG_OPTS, {NULL, 0, NULL, 0}};
   const char *log = NULL;
-  idem__store *st;
-  long long now = 0;
+  idem_guard *g;
   size_t n = 0;
-  int ch, json = 0, rc;
+  int ch, json = 0;
   while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (ch) {
     case 'L': log = optarg; break;
@@ -349,19 +356,17 @@ int cmd_gc(int argc, char **argv) {
     }
   }
   if (optind < argc) return cli_usage("gc", "too many arguments");
-  if (!(st = open_store(log))) return EXIT_FAIL;
-  rc = st->vt->now(st, &now);
-  if (!rc) rc = st->vt->gc(st, now, &n);
-  if (rc) {
-    cli_err("%s", st->vt->errmsg(st));
-    st->vt->close(st);
+  if (!(g = open_log(log))) return EXIT_FAIL;
+  if (idem_guard_gc(g, &n) != IDEM_OK) {
+    cli_err("%s", idem_guard_errmsg(g));
+    idem_guard_close(g);
     return EXIT_FAIL;
   }
   if (json)
     printf("{\"deleted\":%zu}\n", n);
   else
     printf("deleted %zu expired record%s\n", n, n == 1 ? "" : "s");
-  st->vt->close(st);
+  idem_guard_close(g);
   return cli_flush();
 }
 
@@ -400,28 +405,22 @@ typedef struct recover_job {
   char err[512];
 } recover_job;
 
-static long long now_wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* The actions in doubt, as idem_guard_list() gives them. */
+typedef struct doubts {
+  doubt *v;
+  size_t n, cap;
+  int failed; /* memory ran out */
+} doubts;
 
-static int collect(const idem_record *r, void *arg) {
-  struct {
-    doubt *v;
-    size_t n, cap;
-    long long now; /* the log's clock (a shared log: the server's) */
-  } *d = arg;
+static int collect(void *arg, const idem_record *r) {
+  doubts *d = arg;
   if (d->n == d->cap) {
     size_t cap = d->cap ? d->cap * 2 : 256;
     doubt *v = realloc(d->v, cap * sizeof *v);
-    if (!v) return 1;
+    if (!v) return d->failed = 1;
     d->v = v;
     d->cap = cap;
   }
-  if (r->state == IDEM_STATE_PENDING && r->lease_until > d->now &&
-      idem__owner_alive(r->owner) != 0)
-    return 0; /* still at work: not in doubt */
   memset(&d->v[d->n], 0, sizeof d->v[d->n]);
   d->v[d->n].session = strdup(r->session);
   d->v[d->n].call_id = strdup(r->call_id);
@@ -429,10 +428,10 @@ static int collect(const idem_record *r, void *arg) {
   d->v[d->n].key = strdup(r->key);
   d->v[d->n].args = strdup(r->args);
   d->v[d->n].token = r->token;
-  if (!d->v[d->n].session || !d->v[d->n].call_id || !d->v[d->n].tool ||
-      !d->v[d->n].key || !d->v[d->n].args)
-    return 1;
-  d->n++;
+  d->n++; /* counted even when incomplete, so that it is freed */
+  if (!d->v[d->n - 1].session || !d->v[d->n - 1].call_id ||
+      !d->v[d->n - 1].tool || !d->v[d->n - 1].key || !d->v[d->n - 1].args)
+    return d->failed = 1;
   return 0;
 }
 
@@ -440,6 +439,7 @@ static int collect(const idem_record *r, void *arg) {
 typedef struct batch_proc {
   pid_t pid;
   FILE *in, *out;
+  idem_canon *c; /* the requests' strings */
 } batch_proc;
 
 static int batch_start(batch_proc *b, const char *cmd) {
@@ -463,32 +463,30 @@ static int batch_start(batch_proc *b, const char *cmd) {
   }
   b->in = fdopen(to[1], "w");
   b->out = fdopen(from[0], "r");
-  return b->in && b->out ? 0 : -1;
+  return b->in && b->out && idem_canon_open(&b->c) == IDEM_OK ? 0 : -1;
 }
 
 static void batch_stop(batch_proc *b) {
   int st;
   if (b->in) fclose(b->in);
   if (b->out) fclose(b->out);
+  idem_canon_close(b->c);
   if (b->pid > 0) waitpid(b->pid, &st, 0);
 }
 
-/* One request of the batch protocol, as one line into q (reset first). */
-static void batch_request(idem__buf *q, const doubt *d, const char *key,
-                          const char *args, size_t args_len) {
-  size_t bad;
+/* One request of the batch protocol, as one line into q (reset first), its
+** strings made with c; nonzero when memory ran out. */
+static int batch_request(cli_outbuf *q, idem_canon *c, const doubt *d,
+                         const char *key, const char *args, size_t args_len) {
   q->len = 0;
-  idem__buf_append(q, "{\"session\":", 11);
-  idem__canon_string(q, d->session, strlen(d->session), &bad);
-  idem__buf_append(q, ",\"call_id\":", 11);
-  idem__canon_string(q, d->call_id, strlen(d->call_id), &bad);
-  idem__buf_append(q, ",\"tool\":", 8);
-  idem__canon_string(q, d->tool, strlen(d->tool), &bad);
-  idem__buf_append(q, ",\"key\":", 7);
-  idem__canon_string(q, key, strlen(key), &bad);
-  idem__buf_append(q, ",\"args\":", 8);
-  idem__buf_append(q, args, args_len);
-  idem__buf_append(q, "}\n", 2);
+  return cli_outbuf_str(q, "{\"session\":") ||
+         cli_outbuf_json(q, c, d->session) ||
+         cli_outbuf_str(q, ",\"call_id\":") ||
+         cli_outbuf_json(q, c, d->call_id) ||
+         cli_outbuf_str(q, ",\"tool\":") || cli_outbuf_json(q, c, d->tool) ||
+         cli_outbuf_str(q, ",\"key\":") || cli_outbuf_json(q, c, key) ||
+         cli_outbuf_str(q, ",\"args\":") || cli_outbuf_put(q, args, args_len) ||
+         cli_outbuf_put(q, "}\n", 2);
 }
 
 /* One answer line of the batch protocol: the outcome, and *result (malloc)
@@ -509,16 +507,16 @@ static int check_batch(batch_proc *b, idem_step *s, const doubt *d,
                        char **result) {
   char line[1 << 16];
   size_t tlen;
-  idem__buf q;
+  cli_outbuf q;
   const char *target = idem_step_check_target(s, &tlen);
   int outcome = IDEM_OUTCOME_UNKNOWN;
   *result = NULL;
-  idem__buf_init(&q, (size_t)64 << 20);
-  batch_request(&q, d, idem_step_check_key(s), target, tlen);
-  if (fwrite(q.p, 1, q.len, b->in) == q.len && fflush(b->in) == 0 &&
+  cli_outbuf_init(&q, (size_t)64 << 20);
+  if (!batch_request(&q, b->c, d, idem_step_check_key(s), target, tlen) &&
+      fwrite(q.p, 1, q.len, b->in) == q.len && fflush(b->in) == 0 &&
       fgets(line, sizeof line, b->out))
     outcome = batch_answer(line, result);
-  idem__buf_free(&q);
+  cli_outbuf_free(&q);
   return outcome;
 }
 
@@ -534,15 +532,18 @@ typedef struct feed {
 ** answers can be read while requests are still going out). */
 static void *feed_main(void *arg) {
   feed *f = arg;
-  idem__buf q;
+  cli_outbuf q;
+  idem_canon *c = NULL;
   size_t i;
-  idem__buf_init(&q, (size_t)64 << 20);
-  for (i = 0; i < f->n; i++) {
+  cli_outbuf_init(&q, (size_t)64 << 20);
+  for (i = 0; i < f->n && (c || idem_canon_open(&c) == IDEM_OK); i++) {
     const doubt *d = &f->v[i];
-    batch_request(&q, d, d->key, d->args, strlen(d->args));
-    if (fwrite(q.p, 1, q.len, f->in) != q.len) break;
+    if (batch_request(&q, c, d, d->key, d->args, strlen(d->args)) ||
+        fwrite(q.p, 1, q.len, f->in) != q.len)
+      break; /* the answers that do not come stay unknown */
   }
-  idem__buf_free(&q);
+  idem_canon_close(c);
+  cli_outbuf_free(&q);
   fclose(f->in); /* end of requests */
   f->in = NULL;
   return NULL;
@@ -585,6 +586,7 @@ static int recover_stream(recover_job *j) {
     }
     for (k = 0; k < m; k++) {
       doubt *d = &j->v[i + k];
+      sv[k].size = sizeof sv[k];
       sv[k].session = d->session;
       sv[k].call_id = d->call_id;
       sv[k].token = d->token;
@@ -613,7 +615,7 @@ static int recover_stream(recover_job *j) {
 
 static void *recover_worker(void *arg) {
   recover_job *j = arg;
-  batch_proc b = {0, NULL, NULL};
+  batch_proc b = {0, NULL, NULL, NULL};
   int have_batch = 0;
   for (;;) {
     idem_step *s = NULL;
@@ -667,15 +669,9 @@ int cmd_recover(int argc, char **argv) {
       {"workers", required_argument, NULL, 'w'},
       {NULL, 0, NULL, 0}};
   const char *log = NULL, *policy_path = NULL;
-  char buf[4200];
   idem_policy *policy = NULL;
-  idem__store *st;
-  idem__filter f = {NULL, 0, 0};
-  struct {
-    doubt *v;
-    size_t n, cap;
-    long long now;
-  } d = {NULL, 0, 0, 0};
+  idem_filter f = {sizeof f, NULL, 0, 0, 1}; /* the recoverable ones */
+  doubts d = {NULL, 0, 0, 0};
   recover_job j;
   pthread_t th[64];
   size_t i, workers = 8;
@@ -703,20 +699,11 @@ int cmd_recover(int argc, char **argv) {
     idem_policy_free(policy);
     return EXIT_DATA;
   }
-  log = log_url(log, buf, sizeof buf);
-  if (!(st = open_store(log))) {
-    idem_policy_free(policy);
-    return EXIT_FAIL;
-  }
-  f.states = 1u << IDEM_STATE_IN_DOUBT | 1u << IDEM_STATE_PENDING;
-  if (st->vt->now(st, &d.now) != IDEM_OK) d.now = now_wall();
-  if (st->vt->list(st, &f, collect, &d)) {
-    cli_err("%s", st->vt->errmsg(st));
+  if (idem_guard_open(log, policy, &j.g) != IDEM_OK) {
+    cli_err("%s", j.g ? idem_guard_errmsg(j.g) : "out of memory");
     rc = EXIT_FAIL;
-  }
-  st->vt->close(st);
-  if (rc == EXIT_OK && idem_guard_open(log, policy, &j.g) != IDEM_OK) {
-    cli_err("%s", idem_guard_errmsg(j.g));
+  } else if (idem_guard_list(j.g, &f, collect, &d) != IDEM_OK || d.failed) {
+    cli_err("%s", d.failed ? "out of memory" : idem_guard_errmsg(j.g));
     rc = EXIT_FAIL;
   }
   if (rc == EXIT_OK) {

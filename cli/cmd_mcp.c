@@ -62,7 +62,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "idemInt.h"
 #include "mcp.h"
 #include "mcp_gw.h"
 
@@ -202,13 +201,13 @@ void gw_forward_request(gw *w, const char *line, size_t len, const mcp_msg *m) {
 }
 
 int gw_tool_class(gw *w, const char *tool) {
-  idem__tool_rule scratch;
-  const idem__tool_rule *r = idem__policy_rule(w->policy, tool, &scratch);
+  idem_tool_info r = {.size = sizeof r};
   json_t *l;
-  if (r != &scratch) return r->cls; /* the policy always wins */
+  idem_policy_tool(w->policy, tool, &r);
+  if (r.named) return r.cls; /* the policy always wins */
   if ((l = json_object_get(w->learned, tool)))
     return (int)json_integer_value(l);
-  return w->policy->unknown_tools;
+  return r.cls; /* the policy's unknown_tools */
 }
 
 static void handle_cancel(gw *w, const char *line, size_t len,
@@ -729,7 +728,7 @@ int cmd_mcp(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *session = NULL;
-  char sessbuf[64], logbuf[4200];
+  char sessbuf[64];
   size_t max_message = DEFAULT_MAX_MESSAGE;
   gw *w;
   int ch, rc, code = EXIT_FAIL, stdout_flags;
@@ -802,7 +801,6 @@ int cmd_mcp(int argc, char **argv) {
   sigaction(SIGHUP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   /* the log first: a bad --log is one error line, and nothing spawned */
-  if (!log) log = idem__default_log(logbuf, sizeof logbuf);
   if (idem_guard_open(log, w->policy, &w->g_user) ||
       idem_guard_open(log, w->gpolicy, &w->g_guarded)) {
     cli_err("%s", idem_guard_errmsg(w->g_guarded ? w->g_guarded : w->g_user));
@@ -814,8 +812,8 @@ int cmd_mcp(int argc, char **argv) {
   }
   /* an attempt runs in the server's process group as well as here: once
   ** this process and that group are gone, none can land (SPEC §6a) */
-  idem__guard_set_pgid(w->g_guarded, (long long)w->child);
-  idem__guard_set_pgid(w->g_user, (long long)w->child);
+  idem_guard_set(w->g_guarded, IDEM_GUARD_SHARED_PGID, (long long)w->child);
+  idem_guard_set(w->g_user, IDEM_GUARD_SHARED_PGID, (long long)w->child);
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   for (w->nth = 0; w->nth < WORKERS; w->nth++)

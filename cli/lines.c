@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,7 +30,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "idemInt.h"
 
 #define BLOCK ((size_t)2 << 20)
 #define MAX_WORKERS 16
@@ -61,9 +61,6 @@ int cli_workers(void) {
   return (int)n;
 }
 
-int cli_outbuf_put(cli_outbuf *o, const void *p, size_t n) {
-  return idem__buf_append(o, p, n) != IDEM_OK;
-}
 
 static void add_err(slice *s, size_t line, const char *msg) {
   line_err *e;
@@ -208,7 +205,7 @@ static void pool_stop(pool *pl) {
 ** TLB shootdown).  Failure is not an error here: cli_outbuf_put tries
 ** again and reports it. */
 static void outbuf_reserve(cli_outbuf *o, size_t n) {
-  if (o->alloc < n && n > o->len) (void)idem__buf_reserve(o, n - o->len);
+  if (o->alloc < n && n > o->len) (void)cli_outbuf_reserve(o, n - o->len);
 }
 
 /* Cut the complete lines [data, data+len) into chunks and set the helpers
@@ -282,7 +279,7 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
   }
   bt[0].fn = bt[1].fn = fn;
   for (j = 0; j < 2; j++)
-    for (k = 0; k < MAX_CHUNKS; k++) idem__buf_init(&bt[j].sl[k].out, SIZE_MAX);
+    for (k = 0; k < MAX_CHUNKS; k++) cli_outbuf_init(&bt[j].sl[k].out, SIZE_MAX);
   memset(&pl, 0, sizeof pl);
   pool_start(&pl, states, nstates);
   {
@@ -387,7 +384,7 @@ done:
   pool_stop(&pl);
   for (j = 0; j < 2; j++)
     for (k = 0; k < MAX_CHUNKS; k++) {
-      idem__buf_free(&bt[j].sl[k].out);
+      cli_outbuf_free(&bt[j].sl[k].out);
       free(bt[j].sl[k].errs);
     }
   free(bt);

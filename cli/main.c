@@ -2,6 +2,7 @@
 ** main.c - the idem command: dispatch to a verb, help and version.
 */
 #include <getopt.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -205,9 +206,31 @@ static void print_help(FILE *f) {
         f);
 }
 
+/*
+** The heap of this program.  Each write transaction of the SQLite log makes
+** SQLite allocate and free blocks of 64-90 KiB (the page cache's bulk, the
+** b-tree balancer's scratch).  With glibc's initial thresholds those come
+** from the top of the heap and every free trims it: a brk() shrink and a
+** TLB shootdown on every CPU, then page faults to grow it again - on a
+** virtual machine that costs more than the fdatasync we pay for.  glibc
+** raises its mmap threshold to the size of a freed mmapped block, and its
+** trim threshold to twice that, unless the program set them (mallopt(3),
+** "dynamic mmap threshold"); so one 1 MiB block allocated and freed once
+** settles the heap.  That is a choice for a program about its whole
+** process, so the command makes it here; the library makes none
+** (docs/PERFORMANCE.md says what a host program may do).
+*/
+static void settle_heap(void) {
+#if defined(__GLIBC__)
+  void *volatile p = malloc(1u << 20);
+  free(p);
+#endif
+}
+
 int main(int argc, char **argv) {
   const cli_verb *v;
   const char *verb = argc > 1 ? argv[1] : NULL;
+  settle_heap();
   opterr = 0; /* the verbs print their own one-line "idem: ..." errors */
   if (!verb) {
     print_help(stderr);

@@ -37,7 +37,7 @@ static void run_job(gcall *c) {
   int rc = IDEM_OK;
   switch (c->job) {
   case J_BEGIN: {
-    idem_call call = {c->session, c->call_id, c->tool,
+    idem_call call = {sizeof call, c->session, c->call_id, c->tool,
                       c->args,    c->args_len, c->turn};
     rc = idem_guard_begin(c->g, &call, &c->s);
     break;
@@ -67,9 +67,8 @@ static void run_job(gcall *c) {
     break;
   }
   case J_LATE:
-    rc = idem__guard_late_ex(c->g, c->session, c->call_id, c->token,
-                             c->outcome, c->result, c->result_len, c->error,
-                             c->ended);
+    rc = idem_guard_late(c->g, c->session, c->call_id, c->token, c->outcome,
+                         c->result, c->result_len, c->error, c->ended);
     break;
   }
   c->rc = rc;
@@ -665,14 +664,13 @@ int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
       *text = NULL; /* nothing of it is recorded or passed on */
       *tlen = 0;
     } else if (json_is_true(ie)) {
-      idem__tool_rule scratch;
-      const idem__tool_rule *r =
-          idem__policy_rule(c->gw->gpolicy, c->tool, &scratch);
+      idem_tool_info r = {.size = sizeof r};
       char said[240];
+      idem_policy_tool(c->gw->gpolicy, c->tool, &r);
       first_text(result, said, sizeof said);
       snprintf(err, sizeof err, "the tool answered isError%s%s", *said ? ": " : "",
                said);
-      outcome = r->on_is_error;
+      outcome = r.on_is_error;
     }
   } else {
     json_t *e = json_object_get(m->root, "error");

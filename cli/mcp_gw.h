@@ -11,7 +11,6 @@
 #include <sys/types.h>
 
 #include "cli.h"
-#include "idemInt.h"
 #include "mcp.h"
 
 #define DEFAULT_MAX_MESSAGE ((size_t)4 << 20)

@@ -18,7 +18,7 @@
 **      children do not, hence the group) and waits on a pipe for the word
 **      to start.
 **   4. It hands itself in as the attempt's executor and lease holder
-**      (idem__runner_lease): durably, under the front end's fencing
+**      (idem_guard_executor_lease): durably, under the front end's fencing
 **      token, with the pgid.  If the action was taken over meanwhile (the
 **      front end died, someone resumed), the command is killed before it
 **      ever ran, and nothing was sent.
@@ -57,7 +57,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "idemInt.h"
 
 #define MAX_OUTPUT CLI_MAX_OUTPUT
 
@@ -214,10 +213,10 @@ typedef struct run_args {
   const char *log, *session, *call;
   const char *front; /* the front end's owner id: the lease goes back */
   long long token, lease_ms, timeout_ms, settle_ms;
-  idem__tool_rule rule; /* exit codes */
+  idem_tool_info rule; /* exit codes */
 } run_args;
 
-static int parse_codes(const char *s, idem__tool_rule *r) {
+static int parse_codes(const char *s, idem_tool_info *r) {
   int *lists[3] = {r->exit_applied, r->exit_not_applied, r->exit_rejected};
   int *counts[3] = {&r->n_exit_applied, &r->n_exit_not_applied,
                     &r->n_exit_rejected};
@@ -233,7 +232,7 @@ static int parse_codes(const char *s, idem__tool_rule *r) {
       char *end;
       long v = strtol(s, &end, 10);
       if (end == s) return -1;
-      if (*counts[l] < IDEM__MAX_EXIT_CODES) lists[l][(*counts[l])++] = (int)v;
+      if (*counts[l] < IDEM_MAX_EXIT_CODES) lists[l][(*counts[l])++] = (int)v;
       s = end;
     }
   }
@@ -250,8 +249,8 @@ static void report(const run_args *a, idem_guard *g, int outcome, int ended,
                (result && write_all(1, result, strlen(result)) != 0);
   close(1);
   if (failed && g)
-    idem__guard_late_ex(g, a->session, a->call, a->token, outcome, result,
-                        result ? strlen(result) : 0, error, ended);
+    idem_guard_late(g, a->session, a->call, a->token, outcome, result,
+                    result ? strlen(result) : 0, error, ended);
 }
 
 /* Run the command under the guard's record; the outcome is reported.  The
@@ -276,7 +275,7 @@ static void run(const run_args *a, char **argv, const char *input,
     return;
   }
   if ((rc = idem_guard_open(a->log, NULL, &g)) == IDEM_OK)
-    rc = idem__runner_lease(g, a->session, a->call, a->token, a->lease_ms,
+    rc = idem_guard_executor_lease(g, a->session, a->call, a->token, a->lease_ms,
                             (long long)c.pid, a->timeout_ms, NULL);
   if (rc != IDEM_OK) {
     /* the command never ran: nothing was sent */
@@ -288,7 +287,7 @@ static void run(const run_args *a, char **argv, const char *input,
     idem_guard_close(g);
     return;
   }
-  idem__crash_point("runner_after_handover");
+  idem_crash_point("runner_after_handover");
   if (write_all(c.go, "g", 1) != 0) { /* it died before it started */
   }
   close(c.go);
@@ -317,7 +316,7 @@ static void run(const run_args *a, char **argv, const char *input,
       kill_at = -1;
     }
     if (now >= next_renew) {
-      if (idem__runner_lease(g, a->session, a->call, a->token, a->lease_ms, 0,
+      if (idem_guard_executor_lease(g, a->session, a->call, a->token, a->lease_ms, 0,
                              0, NULL) == IDEM_STALE)
         next_renew = LLONG_MAX; /* someone took it over: stop renewing */
       else
@@ -417,11 +416,11 @@ static void run(const run_args *a, char **argv, const char *input,
     result = cli_result_json(res.out, res.out_len);
   /* ended: nothing of the command can still run */
   reap(&c, &status);
-  ended = idem__group_empty((long long)c.pid);
+  ended = idem_process_group_empty((long long)c.pid);
   /* the front end records what we answer: the lease goes back to it
   ** first, so the action never waits under a runner that is gone */
   if (a->front)
-    idem__runner_lease(g, a->session, a->call, a->token, a->lease_ms, 0, 0,
+    idem_guard_executor_lease(g, a->session, a->call, a->token, a->lease_ms, 0, 0,
                        a->front);
   report(a, g, outcome, ended, error, result);
   free(result);
@@ -451,7 +450,8 @@ int cmd_run(int argc, char **argv) {
   int ch;
 
   memset(&a, 0, sizeof a);
-  idem__rule_defaults(&a.rule, "run");
+  a.rule.size = sizeof a.rule;
+  idem_policy_tool(NULL, "run", &a.rule); /* the default exit codes */
   a.lease_ms = 60000;
   a.timeout_ms = 30000;
   a.settle_ms = -1;

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "idemInt.h"
 
 void cli_err(const char *fmt, ...) {
   va_list ap;
@@ -137,6 +136,64 @@ static int hidden_cp(unsigned long c) {
          (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069);
 }
 
+/* ---- output buffers ---------------------------------------------------------- */
+
+void cli_outbuf_init(cli_outbuf *o, size_t cap) {
+  o->p = NULL;
+  o->len = o->alloc = 0;
+  o->cap = cap;
+}
+
+void cli_outbuf_free(cli_outbuf *o) {
+  free(o->p);
+  cli_outbuf_init(o, o->cap);
+}
+
+int cli_outbuf_reserve(cli_outbuf *o, size_t more) {
+  size_t want, a;
+  char *p;
+  if (o->alloc - o->len >= more) return 0;
+  if (more > o->cap - o->len) return -1;
+  want = o->len + more;
+  a = o->alloc ? o->alloc : 256;
+  while (a < want) a = a > SIZE_MAX / 2 ? SIZE_MAX : a * 2;
+  if (a > o->cap) a = o->cap;
+  if (!(p = realloc(o->p, a))) return -1;
+  o->p = p;
+  o->alloc = a;
+  return 0;
+}
+
+int cli_outbuf_put(cli_outbuf *o, const void *p, size_t n) {
+  if (cli_outbuf_reserve(o, n)) return -1;
+  if (n) memcpy(o->p + o->len, p, n);
+  o->len += n;
+  return 0;
+}
+
+int cli_outbuf_str(cli_outbuf *o, const char *s) {
+  return cli_outbuf_put(o, s, strlen(s));
+}
+
+int cli_outbuf_json(cli_outbuf *o, idem_canon *c, const char *s) {
+  const char *q;
+  size_t n;
+  if (!s) return cli_outbuf_put(o, "null", 4);
+  if (idem_canon_string(c, s, strlen(s), &q, &n) != IDEM_OK) return -1;
+  return cli_outbuf_put(o, q, n);
+}
+
+int cli_utf8_text(const char *p, size_t n) {
+  size_t i = 0, k;
+  while (i < n) {
+    if (p[i] == '\0' || !(k = idem_utf8_char(p + i, n - i))) return 0;
+    i += k;
+  }
+  return 1;
+}
+
+/* ---- text as shown ------------------------------------------------------------ */
+
 /* The code point of the valid UTF-8 sequence p of n bytes (n >= 2). */
 static unsigned long utf8_cp(const unsigned char *p, size_t n) {
   unsigned long c = p[0] & (0xFFu >> (n + 1));
@@ -149,7 +206,7 @@ static unsigned long utf8_cp(const unsigned char *p, size_t n) {
 ** stands for (at least 1). */
 static size_t text_piece(const unsigned char *p, const unsigned char *end,
                          int json, char out[8]) {
-  size_t k = *p < 0x80 ? 1 : idem__utf8_len(p, end);
+  size_t k = idem_utf8_char((const char *)p, (size_t)(end - p));
   if (*p < 0x20 || *p == 0x7F) {
     snprintf(out, 8, json ? "\\u%04x" : "\\x%02x", *p);
   } else if (*p == '\\' && !json) {
@@ -178,7 +235,7 @@ static int text_put(cli_outbuf *o, const char *s, int json, size_t width,
     size_t k = text_piece(p, end, json, piece);
     size_t n = strlen(piece), w = (unsigned char)piece[0] < 0x80 ? n : 1;
     if (w > width - *cols) break;
-    if (idem__buf_append(o, piece, n)) return -1;
+    if (cli_outbuf_put(o, piece, n)) return -1;
     *cols += w;
     p += k;
   }
@@ -194,7 +251,7 @@ int cli_text_cell(cli_outbuf *o, const char *s, size_t width) {
   size_t cols;
   if (text_put(o, s, 0, width, &cols)) return -1;
   for (; cols < width; cols++)
-    if (idem__buf_append(o, " ", 1)) return -1;
+    if (cli_outbuf_put(o, " ", 1)) return -1;
   return 0;
 }
 
@@ -234,29 +291,21 @@ static char *bytes_json(const unsigned char *p, size_t n) {
 char *cli_result_json(const char *out, size_t len) {
   idem_canon *c = NULL;
   const char *canon;
-  size_t clen, bad;
-  idem__buf b;
+  size_t clen;
   char *json = NULL;
   if (!out || len == 0) return NULL;
-  if (!idem__utf8_text(out, len)) return bytes_json((const unsigned char *)out, len);
+  if (!cli_utf8_text(out, len)) return bytes_json((const unsigned char *)out, len);
   if (idem_canon_open(&c) != IDEM_OK) return NULL;
   idem_canon_limit(c, IDEM_LIMIT_BYTES, CLI_MAX_OUTPUT);
-  if (idem_canon_json(c, out, len, &canon, &clen) == IDEM_OK) {
-    if ((json = malloc(clen + 1))) {
-      memcpy(json, canon, clen);
-      json[clen] = '\0';
-    }
-    idem_canon_close(c);
-    return json;
+  if (idem_canon_json(c, out, len, &canon, &clen) != IDEM_OK) {
+    /* not JSON: the text as a JSON string, without its last newline */
+    if (out[len - 1] == '\n') len--;
+    if (idem_canon_string(c, out, len, &canon, &clen) != IDEM_OK) canon = NULL;
+  }
+  if (canon && (json = malloc(clen + 1))) {
+    memcpy(json, canon, clen);
+    json[clen] = '\0';
   }
   idem_canon_close(c);
-  if (out[len - 1] == '\n') len--;
-  idem__buf_init(&b, CLI_MAX_OUTPUT * 6 + 16);
-  if (idem__canon_string(&b, out, len, &bad) == IDEM_OK &&
-      (json = malloc(b.len + 1))) {
-    memcpy(json, b.p, b.len);
-    json[b.len] = '\0';
-  }
-  idem__buf_free(&b);
   return json;
 }

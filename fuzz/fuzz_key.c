@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static idem_canon *c;
-  idem_keyspec spec = {"idempotency_key", 100};
+  idem_keyspec spec = {sizeof spec, "idempotency_key", 100};
   idem_key k;
   int rc;
   if (!c && idem_canon_open(&c) != IDEM_OK) abort();

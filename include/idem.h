@@ -11,13 +11,31 @@
 **   - Handles are opaque, opened by idem_X_open() and released by
 **     idem_X_close(), which accepts NULL.  An opener stores the handle even
 **     on failure (when memory allowed one) so its message can be read.
-**   - Detail about the last failure lives on the handle (idem_canon_errmsg),
-**     valid until the next call on that handle.  There is no global error.
+**   - Detail about the last failure lives on the handle (idem_canon_errmsg,
+**     idem_policy_errmsg, idem_guard_errmsg).  There is no global error.
 **   - Bytes travel as (pointer, length); NUL-terminated strings are used only
 **     for names and ids.  Returned pointers say how long they are borrowed.
-**   - A handle must not be used by two threads at once; distinct handles are
-**     independent.  Nothing in the library keeps global mutable state except
-**     the allocator set by idem_set_alloc_funcs().
+**   - Memory, one rule: what the library hands over is freed with
+**     idem_free() (or the free function its type names, idem_record_free);
+**     what a caller hands over for the library to free (a tool's result) is
+**     allocated with idem_malloc().  Both go through the allocator of
+**     idem_set_alloc_funcs().
+**   - Threads: an idem_canon or an idem_step belongs to one thread at a
+**     time; an idem_policy is read-only once loaded and may be shared; an
+**     idem_guard is safe to share between threads.  Each section says so
+**     again.  Nothing in the library keeps global mutable state except the
+**     allocator set by idem_set_alloc_funcs(), and the library changes
+**     nothing of the host process (no signal handlers, no heap settings).
+**   - ABI: a struct the caller fills (idem_call, idem_keyspec, idem_tool,
+**     idem_settlement, idem_filter) or that the library fills for the caller
+**     (idem_tool_info, idem_stats) begins with `size_t size`, which the
+**     caller sets to sizeof the struct it was compiled with.  A later
+**     version appends fields: it reads only the fields within size (the
+**     rest count as NULL / 0) and writes only those.  A size smaller than
+**     this version's first layout is IDEM_MISUSE.  Zero-initialize the
+**     struct, set size, then the fields you use:
+**
+**         idem_call c = {.size = sizeof c, .session = ..., ...};
 */
 #ifndef IDEM_H
 #define IDEM_H
@@ -99,6 +117,14 @@ typedef void (*idem_free_fn)(void *ptr);
 IDEM_API void idem_set_alloc_funcs(idem_malloc_fn m, idem_realloc_fn r,
                                    idem_free_fn f);
 
+/* Allocate through the library's allocator: what a caller hands over for
+** the library to free (a tool's result and error text, idem_tool).  NULL
+** when memory ran out.  Thread-safe. */
+IDEM_API void *idem_malloc(size_t size);
+/* Free what the library handed over, or what idem_malloc() gave.  NULL is
+** a no-op.  Thread-safe. */
+IDEM_API void idem_free(void *p);
+
 /* ---------------------------------------------------------------------------
 ** Canonical JSON (RFC 8785).
 **
@@ -149,6 +175,18 @@ IDEM_API const char *idem_canon_errmsg(const idem_canon *c);
 /* The byte offset (0-based) of the last failure on c, 0 after a success. */
 IDEM_API size_t idem_canon_erroffset(const idem_canon *c);
 
+/* The canonical JSON string (RFC 8785 §3.2.2.2) of the UTF-8 text
+** [text, text+len): quotes, and the escapes JCS prescribes.  *out points to
+** len_out bytes owned by c until its next call.  IDEM_JSON_UTF8 (offset on
+** c) when the text is not UTF-8.  Build JSON from ids with it. */
+IDEM_API int idem_canon_string(idem_canon *c, const char *text, size_t len,
+                               const char **out, size_t *len_out);
+
+/* The length of the UTF-8 character at p, of at most n bytes (Unicode
+** Table 3-7: no overlongs, no surrogates, nothing past U+10FFFF); 0 when
+** the bytes there are not one.  Pure. */
+IDEM_API size_t idem_utf8_char(const char *p, size_t n);
+
 /* ---------------------------------------------------------------------------
 ** Idempotency keys (SPEC §3).
 **
@@ -163,12 +201,12 @@ IDEM_API size_t idem_canon_erroffset(const idem_canon *c);
 ** the way downstream).
 */
 
-/* One decision to call a tool, as the harness sees it. */
-/* A call to guard.  Zero-initialize it (idem_call c = {0}, or memset) and
-** set the fields you use: a later version may add fields, which must then
-** read as NULL / 0.  (0.2.0 added turn; code built against 0.1 must be
-** rebuilt.) */
+/* One decision to call a tool, as the harness sees it.  Set size to
+** sizeof(idem_call) (the ABI rule above); the strings are borrowed for the
+** call that takes the struct.  (0.3.0 added size; code built against an
+** earlier version must be rebuilt.) */
 typedef struct idem_call {
+  size_t size;         /* sizeof(idem_call)                        */
   const char *session; /* the harness's run id, non-empty          */
   const char *call_id; /* the model's tool-call id, non-empty      */
   const char *tool;    /* the tool's name, non-empty UTF-8         */
@@ -185,6 +223,7 @@ typedef struct idem_call {
 
 /* How a tool's keys are made; a NULL spec means the defaults. */
 typedef struct idem_keyspec {
+  size_t size;         /* sizeof(idem_keyspec)                              */
   const char *key_arg; /* member of the arguments holding the key, or NULL */
   size_t key_max_len;  /* 0 means the default, 255                         */
 } idem_keyspec;
@@ -222,9 +261,6 @@ IDEM_API int idem_key_mint(idem_canon *c, const idem_call *call,
 IDEM_API int idem_key_mint_json(idem_canon *c, const char *text, size_t len,
                                 const idem_keyspec *spec, idem_key *out);
 
-/* Free memory the library handed over with "free with idem_free()". */
-IDEM_API void idem_free(void *p);
-
 /* ---------------------------------------------------------------------------
 ** Policy (SPEC §8): which tools are guarded, and how.  The file format and
 ** every field are documented in docs/POLICY.md.
@@ -261,6 +297,37 @@ IDEM_API int idem_policy_class(const idem_policy *p, const char *tool);
 ** timeout.  *out is a NUL-terminated text; free it with idem_free(). */
 IDEM_API int idem_policy_explain(const idem_policy *p, const char *tool,
                                  char **out);
+
+#define IDEM_MAX_EXIT_CODES 16
+
+/* What the policy says about one tool, defaults filled in (docs/POLICY.md
+** names each field).  Strings are borrowed from the policy. */
+typedef struct idem_tool_info {
+  size_t size;  /* in: sizeof(idem_tool_info)                          */
+  int named;    /* the policy names the tool (else: unknown_tools)     */
+  int cls;      /* enum idem_class                                     */
+  long long timeout_ms, retries, backoff_ms, reconcile_timeout_ms;
+  long long wait_ms;
+  long long settle_ms; /* -1: no bound                                 */
+  long long lease_ms;  /* how long an owner's lease on its action lasts */
+  long long coalesce_ms, repeat_window_s, retention_s;
+  int provider_dedupes;
+  const char *key_arg;        /* or NULL                                */
+  int has_status;             /* a status check is named                */
+  const char *status_tool;    /* the status tool, or NULL               */
+  const char *status_command; /* idem exec's status command, or NULL    */
+  int http;                   /* an HTTP tool (the policy's "http")     */
+  int on_is_error;            /* enum idem_outcome of an MCP isError    */
+  /* idem exec: the exit codes that mean applied, not applied, rejected */
+  int exit_applied[IDEM_MAX_EXIT_CODES], n_exit_applied;
+  int exit_not_applied[IDEM_MAX_EXIT_CODES], n_exit_not_applied;
+  int exit_rejected[IDEM_MAX_EXIT_CODES], n_exit_rejected;
+} idem_tool_info;
+
+/* Fill *out for tool under p (NULL: every tool guarded with the defaults).
+** IDEM_MISUSE when out->size is too small. */
+IDEM_API int idem_policy_tool(const idem_policy *p, const char *tool,
+                              idem_tool_info *out);
 
 /* ---------------------------------------------------------------------------
 ** The attempt log (SPEC §5): one record per action (session, call id).
@@ -405,7 +472,11 @@ IDEM_API int idem_guard_open(const char *log_url, const idem_policy *policy,
 /* Close a guard.  Tool runs of idem_guard_call() still in flight keep it
 ** alive until they end and their late results are recorded. */
 IDEM_API void idem_guard_close(idem_guard *g);
-/* The last failure on g, for the calling thread. */
+/* Why the last failing call on g made by the calling thread failed ("" when
+** it has had none).  The text belongs to g and to this thread: another
+** thread's failures never change it, so reading it is safe while other
+** threads use g.  Valid until this thread's next failing call on g, or
+** until g is closed. */
 IDEM_API const char *idem_guard_errmsg(const idem_guard *g);
 
 /*
@@ -472,10 +543,15 @@ IDEM_API int idem_step_answer(const idem_step *s);
 IDEM_API const char *idem_step_envelope(const idem_step *s, size_t *len);
 
 /* A tool as functions, for idem_guard_call().  run returns an
-** idem_outcome and may set *result (JSON text, allocated with malloc; idem
-** frees it) and *error (likewise).  check, when not NULL, is the status
-** check with the same contract.  Both get the key and the arguments. */
+** idem_outcome and may set *result (JSON text, allocated with
+** idem_malloc(); the library frees it) and *error (a NUL-terminated text,
+** likewise).  check, when not NULL, is the status check with the same
+** contract.  Both get the key and the arguments, borrowed for the call.
+** They run on the guard's worker threads, possibly several at once, and
+** may outlive idem_guard_call() (a late result): ctx must stay valid until
+** the guard is closed and its runs have ended. */
 typedef struct idem_tool {
+  size_t size; /* sizeof(idem_tool) */
   int (*run)(void *ctx, const char *key, const char *args, size_t args_len,
              char **result, char **error);
   int (*check)(void *ctx, const char *key, const char *args, size_t args_len,
@@ -521,6 +597,7 @@ IDEM_API int idem_guard_settle(idem_guard *g, const char *session,
 ** one's result lands in its rc (IDEM_OK, IDEM_STALE, ...).  Returns the
 ** first failure of the log itself. */
 typedef struct idem_settlement {
+  size_t size; /* sizeof(idem_settlement); v[0].size is the stride of v */
   const char *session, *call_id;
   long long token;    /* as read from the log */
   int outcome;        /* enum idem_outcome    */
@@ -538,16 +615,119 @@ IDEM_API long long idem_step_token(const idem_step *s);
 /* Record a result that arrived after the deadline, from wherever it
 ** arrives (another thread, another process): it settles the action if it is
 ** still in doubt, or still pending under the given token, and is dropped
-** when the action was settled meanwhile. */
+** when the action was settled meanwhile.  ended != 0 says the attempt is
+** over (the tool returned, the command and its process group are gone):
+** with an UNKNOWN outcome, nothing of it can land any more (SPEC §6a). */
 IDEM_API int idem_guard_late(idem_guard *g, const char *session,
                              const char *call_id, long long token, int outcome,
                              const char *result, size_t result_len,
-                             const char *error);
+                             const char *error, int ended);
 
-/* Read the log behind a guard: one record (IDEM_NOTFOUND), free with
+/* ---------------------------------------------------------------------------
+** Reading and keeping the log (what `idem ls`, `show`, `stats`, `gc` and
+** `recover` do).  Any guard reads its log; open one with a NULL policy to
+** only read.  Thread-safe, as the guard is.
+*/
+
+/* One record (IDEM_NOTFOUND when there is none); free it with
 ** idem_record_free(). */
 IDEM_API int idem_guard_record(idem_guard *g, const char *session,
                                const char *call_id, idem_record **out);
+
+/* Which records idem_guard_list() gives. */
+typedef struct idem_filter {
+  size_t size;         /* sizeof(idem_filter)                          */
+  const char *session; /* NULL: every session                          */
+  unsigned states;     /* a mask of 1u << IDEM_STATE_*; 0: every state */
+  size_t limit;        /* at most this many; 0: no limit               */
+  /* Only the actions that idem_guard_recover() would take over now: in
+  ** doubt, or pending under an owner that is gone or whose lease has run
+  ** out (by the log's clock).  The one rule the guard itself uses. */
+  int recoverable;
+} idem_filter;
+
+/* Called once per record; r is borrowed for the call.  Return 0 to go on,
+** nonzero to stop (idem_guard_list() then returns IDEM_OK). */
+typedef int (*idem_record_fn)(void *ctx, const idem_record *r);
+
+/* The records under f (NULL: all), oldest first. */
+IDEM_API int idem_guard_list(idem_guard *g, const idem_filter *f,
+                             idem_record_fn fn, void *ctx);
+
+/* How many records the log holds, in all and per state. */
+typedef struct idem_stats {
+  size_t size;           /* in: sizeof(idem_stats)                  */
+  long long records;     /* all records                             */
+  long long by_state[8]; /* indexed by enum idem_state (1..6)       */
+} idem_stats;
+IDEM_API int idem_guard_stats(idem_guard *g, idem_stats *out);
+
+/* Delete the settled records whose retention (the policy's retention_s
+** when they were made) has run out by the log's clock; *removed (may be
+** NULL) says how many.  Actions that are pending or in doubt are kept. */
+IDEM_API int idem_guard_gc(idem_guard *g, size_t *removed);
+
+/* The log g was opened on, as given (or as defaulted when NULL was). */
+IDEM_API const char *idem_guard_log(const idem_guard *g);
+
+/* ---------------------------------------------------------------------------
+** Attempts run by another process (SPEC §6a).  `idem exec` runs each
+** attempt in a runner process that outlives the front end, so that a
+** front end killed mid-attempt leaves an executor the log knows about; a
+** front end of your own that runs attempts elsewhere does the same:
+**
+**   idem_guard_set(g, IDEM_GUARD_EXECUTOR_HANDS_IN, 1);  before begin
+**   EXECUTE: start the executor with the step's session, call id,
+**            idem_step_token(s) and idem_guard_owner(g); the executor
+**            opens its own guard on idem_guard_log(g) and, before it
+**            starts the work, calls idem_guard_executor_lease(pgid > 0),
+**            then renews it (pgid 0) while the work runs, and hands the
+**            lease back (owner set) before it reports the outcome.
+*/
+enum idem_guard_option {
+  /* value 1: the attempts of g's steps begin without an executor; the
+  ** process that runs each one hands itself in with
+  ** idem_guard_executor_lease() before it starts */
+  IDEM_GUARD_EXECUTOR_HANDS_IN = 1,
+  /* value: a process group (> 1) that the attempts of g's steps run in
+  ** besides this process (the server behind `idem mcp`): once this process
+  ** is gone and that group is empty, nothing of them can land */
+  IDEM_GUARD_SHARED_PGID = 2
+};
+/* Set an option of g before its first step; IDEM_RANGE for an unknown
+** option or a bad value. */
+IDEM_API int idem_guard_set(idem_guard *g, int option, long long value);
+
+/* g's owner id, "HOST:PID:START" of this process; static for g's life. */
+IDEM_API const char *idem_guard_owner(const idem_guard *g);
+
+/*
+** The lease of an executor on the action it runs under token.  pgid > 0:
+** the hand-over - the caller becomes the pending action's executor and
+** lease holder, with the work's process group, durably, before the work
+** starts; pgid 0: a renewal while the work runs, or with owner set, the
+** lease handed back to that owner (the front end, before the executor
+** reports to it: the record is never left pending under an executor that
+** is gone while its result is on its way).  lease_ms is the tool's
+** (idem_tool_info.lease_ms), timeout_ms the attempt's deadline.
+** IDEM_STALE when another owner took the action over: then start nothing,
+** or stop renewing.
+*/
+IDEM_API int idem_guard_executor_lease(idem_guard *g, const char *session,
+                                       const char *call_id, long long token,
+                                       long long lease_ms, long long pgid,
+                                       long long timeout_ms,
+                                       const char *owner);
+
+/* Is process group pgid of this machine empty of live processes (a zombie
+** runs nothing)?  The rule the guard applies to a recorded executor's
+** group.  1 or 0; a pgid <= 1 is empty. */
+IDEM_API int idem_process_group_empty(long long pgid);
+
+/* SIGKILL this process when the environment variable IDEM_CRASH_AT names
+** this point: the named crash points of the torture suite (SPEC §11), for
+** executors that take part in it.  Does nothing otherwise. */
+IDEM_API void idem_crash_point(const char *name);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,8 @@ void idem__free(void *p) {
   if (p) g_free(p);
 }
 
+void *idem_malloc(size_t n) { return idem__malloc(n); }
+
 void idem_free(void *p) { idem__free(p); }
 
 char *idem__strndup(const char *s, size_t n) {

@@ -1404,6 +1404,33 @@ int idem_canon_json(idem_canon *c, const char *text, size_t len,
   return IDEM_OK;
 }
 
+int idem_canon_string(idem_canon *c, const char *text, size_t len,
+                      const char **out, size_t *len_out) {
+  size_t bad = 0;
+  int rc;
+  if (out) *out = NULL;
+  if (len_out) *len_out = 0;
+  if (!c || c->magic != IDEM__CANON_MAGIC || !out || !len_out || (!text && len))
+    return IDEM_MISUSE;
+  c->err = IDEM_OK;
+  c->errmsg[0] = '\0';
+  c->out.len = 0;
+  rc = idem__canon_string(&c->out, text ? text : "", len, &bad);
+  if (rc == IDEM_JSON_UTF8)
+    return idem__canon_fail(c, rc, bad, "invalid UTF-8");
+  if (rc != IDEM_OK)
+    return idem__canon_fail(c, rc, IDEM__NO_OFFSET, "%s", idem_strerror(rc));
+  *out = c->out.p;
+  *len_out = c->out.len;
+  return IDEM_OK;
+}
+
+size_t idem_utf8_char(const char *p, size_t n) {
+  if (!p || !n) return 0;
+  if (*(const unsigned char *)p < 0x80) return 1;
+  return idem__utf8_len((const unsigned char *)p, (const unsigned char *)p + n);
+}
+
 const char *idem_canon_errmsg(const idem_canon *c) {
   if (!c || c->magic != IDEM__CANON_MAGIC) return "bad idem_canon handle";
   return c->errmsg;

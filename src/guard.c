@@ -78,12 +78,15 @@ struct idem_guard {
   idem__store *st;
   const idem_policy *policy;
   char owner[128];
+  char *log; /* the log's URL, as given or defaulted */
   /* idem_canon workspaces that steps have given back: a step takes one
   ** rather than opening its own, so a replay allocates almost nothing and
   ** never fetches SHA-256 from libcrypto again */
   idem_canon *pool[CANON_POOL];
   int npool;
   workers *workers; /* idem_guard_call's tool threads, made on first use */
+  pthread_mutex_t emu; /* guards errs                                  */
+  struct err_slot *errs; /* the last failure's words, per thread         */
   int defer_start;  /* a runner hands itself in as each attempt's executor */
   long long pgid;   /* the process group our attempts run in, or 0       */
 };
@@ -130,28 +133,62 @@ struct idem_step {
 
 /* ---- errors --------------------------------------------------------------- */
 
-static __thread char tls_err[512];
+/*
+** A failure's message belongs to the guard and to the thread that made the
+** failing call: each thread that has failed on g has a slot of its own, so
+** one thread's failure never rewrites the text another thread is reading.
+** Slots are found by thread id and never freed before the guard; a thread
+** id the system reuses takes over its slot.  The list is as long as the
+** number of threads that ever failed on g at once, in practice a pool's.
+*/
+typedef struct err_slot {
+  struct err_slot *next;
+  pthread_t tid;
+  char msg[512];
+} err_slot;
 
-static int gfail(int rc, const char *fmt, ...)
+static err_slot *err_find(const idem_guard *g, pthread_t self) {
+  err_slot *e;
+  for (e = g->errs; e; e = e->next)
+    if (pthread_equal(e->tid, self)) return e;
+  return NULL;
+}
+
+static int gfail(idem_guard *g, int rc, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
+    __attribute__((format(printf, 3, 4)))
 #endif
     ;
-static int gfail(int rc, const char *fmt, ...) {
+static int gfail(idem_guard *g, int rc, const char *fmt, ...) {
+  pthread_t self = pthread_self();
+  err_slot *e;
   va_list ap;
+  if (!g) return rc;
+  pthread_mutex_lock(&g->emu);
+  if (!(e = err_find(g, self)) && (e = idem__malloc(sizeof *e)) != NULL) {
+    e->tid = self;
+    e->next = g->errs;
+    g->errs = e;
+  }
+  pthread_mutex_unlock(&g->emu);
+  if (!e) return rc; /* no room even for the message */
   va_start(ap, fmt);
-  vsnprintf(tls_err, sizeof tls_err, fmt, ap);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
   va_end(ap);
   return rc;
 }
 
 static int store_fail(idem_guard *g, int rc) {
-  return gfail(rc, "attempt log: %s", g->st->vt->errmsg(g->st));
+  return gfail(g, rc, "attempt log: %s", g->st->vt->errmsg(g->st));
 }
 
 const char *idem_guard_errmsg(const idem_guard *g) {
+  const err_slot *e;
   if (!g || g->magic != GUARD_MAGIC) return "bad idem_guard handle";
-  return tls_err;
+  pthread_mutex_lock((pthread_mutex_t *)&g->emu);
+  e = err_find(g, pthread_self());
+  pthread_mutex_unlock((pthread_mutex_t *)&g->emu);
+  return e ? e->msg : "";
 }
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -164,10 +201,6 @@ static long long now_ms(idem_step *s) {
     t = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
   }
   return t;
-}
-
-long long idem__lease_ms(const idem__tool_rule *r) {
-  return r->timeout_ms * (r->retries + 1) + r->reconcile_timeout_ms + 10000;
 }
 
 /* The delay before retry n (1, 2, ...): backoff_ms doubling, capped at a
@@ -212,10 +245,10 @@ static int may_land_by(const idem__tool_rule *rule, const idem_record *r,
   int alive;
   if (!r->executor) return 0;
   alive = idem__owner_alive(r->executor);
-  if (group > 0 && alive == 0 && idem__group_empty(group)) return 0;
+  if (group > 0 && alive == 0 && idem_process_group_empty(group)) return 0;
   /* a runner that lives ends its command's own group itself when
   ** settle_ms is up: until the group is empty, it may land */
-  if (r->pgid > 0 && alive == 1 && !idem__group_empty(r->pgid)) return 1;
+  if (r->pgid > 0 && alive == 1 && !idem_process_group_empty(r->pgid)) return 1;
   if (rule->settle_ms < 0) return 1;
   return now < r->settle_from + rule->settle_ms;
 }
@@ -264,7 +297,7 @@ static int answer(idem_step *s, int ans, int replayed, int attempts,
   s->next = IDEM_NEXT_ANSWER;
   s->answer = ans;
   if ((rc = idem__envelope(&s->env, &e)))
-    return gfail(IDEM_NOMEM, "out of memory building the envelope");
+    return gfail(s->g, IDEM_NOMEM, "out of memory building the envelope");
   return IDEM_OK;
 }
 
@@ -431,7 +464,7 @@ static int decide_fenced(idem_step *s, idem_record *e);
 static int lost_race(idem_step *s, idem_record *now) {
   idem_record_free(now);
   if (++s->races > RACE_LIMIT)
-    return gfail(IDEM_BUSY, "the action %s/%s keeps changing under us",
+    return gfail(s->g, IDEM_BUSY, "the action %s/%s keeps changing under us",
                  s->session, s->call_id);
   return decide(s);
 }
@@ -491,7 +524,7 @@ static int repend(idem_step *s, int from_state, long long delay) {
   if (!(now = apply(s, &ch, &rc))) return rc;
   s->token = now->token;
   idem_record_free(now);
-  idem__crash_point("after_pending_commit");
+  idem_crash_point("after_pending_commit");
   return to_execute(s, delay);
 }
 
@@ -589,7 +622,7 @@ static int build_check_args(idem_step *s, const char *args, size_t args_len,
     if (!s->check_args) rc = IDEM_NOMEM;
   }
   idem__buf_free(&out);
-  return rc ? gfail(rc, "cannot build the status-check arguments") : IDEM_OK;
+  return rc ? gfail(s->g, rc, "cannot build the status-check arguments") : IDEM_OK;
 }
 
 /* ---- reconciliation ------------------------------------------------------- */
@@ -644,9 +677,21 @@ static int wait_or(idem_step *s, const char *whose) {
 }
 
 /* Is a pending record's holder still at work? */
-static int holder_live(idem_step *s, const idem_record *r) {
-  if (r->lease_until <= now_ms(s)) return 0;
+static int holder_live_at(const idem_record *r, long long now) {
+  if (r->lease_until <= now) return 0;
   return idem__owner_alive(r->owner) != 0;
+}
+
+static int holder_live(idem_step *s, const idem_record *r) {
+  return holder_live_at(r, now_ms(s));
+}
+
+/* The one rule of which actions a recovery takes over (idem_guard_recover,
+** and idem_guard_list's recoverable filter): in doubt, or pending under a
+** holder that is gone or whose lease has run out by the log's clock. */
+static int recoverable(const idem_record *r, long long now) {
+  return r->state == IDEM_STATE_IN_DOUBT ||
+         (r->state == IDEM_STATE_PENDING && !holder_live_at(r, now));
 }
 
 static int decide_existing(idem_step *s, idem_record *r) {
@@ -705,11 +750,11 @@ static int decide_existing(idem_step *s, idem_record *r) {
     s->token = now->token;
     s->attempt = now->attempts + 1;
     idem_record_free(now);
-    idem__crash_point("after_pending_commit");
+    idem_crash_point("after_pending_commit");
     return to_execute(s, 0);
   default:
     idem_record_free(r);
-    return gfail(IDEM_CORRUPT, "record %s/%s has an unknown state", s->session,
+    return gfail(s->g, IDEM_CORRUPT, "record %s/%s has an unknown state", s->session,
                  s->call_id);
   }
 }
@@ -836,7 +881,7 @@ static int decide(idem_step *s) {
   if (rc) return store_fail(s->g, rc);
   switch (what) {
   case IDEM__BEGIN_INSERTED:
-    idem__crash_point("after_pending_commit");
+    idem_crash_point("after_pending_commit");
     s->token = 1;
     s->attempt = 1;
     return to_execute(s, 0);
@@ -946,23 +991,28 @@ int idem_guard_open(const char *log_url, const idem_policy *policy,
   int rc;
   if (!out) return IDEM_MISUSE;
   *out = g = idem__malloc(sizeof *g);
-  if (!g) return gfail(IDEM_NOMEM, "out of memory");
+  if (!g) return IDEM_NOMEM;
   memset(g, 0, sizeof *g);
   g->magic = GUARD_MAGIC;
   g->refs = 1;
   g->policy = policy;
   pthread_mutex_init(&g->mu, NULL);
+  pthread_mutex_init(&g->emu, NULL);
   idem__owner_self(g->owner, sizeof g->owner);
   if (!log_url) log_url = idem__default_log(path, sizeof path);
-  tls_err[0] = '\0';
+  if (!(g->log = idem__strdup(log_url))) {
+    idem__free(g);
+    *out = NULL;
+    return IDEM_NOMEM;
+  }
   rc = idem__store_open(log_url, &g->st);
   if (rc) {
     if (g->st) {
-      gfail(rc, "%s", g->st->vt->errmsg(g->st));
+      gfail(g, rc, "%s", g->st->vt->errmsg(g->st));
       g->st->vt->close(g->st);
       g->st = NULL;
     } else
-      gfail(rc, "cannot open the attempt log %s", log_url);
+      gfail(g, rc, "cannot open the attempt log %s", log_url);
   }
   return rc;
 }
@@ -978,7 +1028,14 @@ static void guard_unref(idem_guard *g) {
   if (g->st) g->st->vt->close(g->st);
   while (g->npool > 0) idem_canon_close(g->pool[--g->npool]);
   workers_release(g->workers);
+  while (g->errs) {
+    err_slot *e = g->errs;
+    g->errs = e->next;
+    idem__free(e);
+  }
+  pthread_mutex_destroy(&g->emu);
   pthread_mutex_destroy(&g->mu);
+  idem__free(g->log);
   g->magic = IDEM__MAGIC_DEAD;
   idem__free(g);
 }
@@ -1021,17 +1078,23 @@ static int utf8_ok(const char *s) {
   return !s || idem__utf8_text(s, strlen(s));
 }
 
-int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
+int idem_guard_begin(idem_guard *g, const idem_call *call_in,
+                     idem_step **out) {
   idem_step *s;
   idem_key k;
   idem_keyspec spec;
+  idem_call cur;
+  const idem_call *call = &cur;
   int rc;
   if (out) *out = NULL;
-  if (!g || g->magic != GUARD_MAGIC || !call || !out || !call->tool ||
-      (!call->args && call->args_len))
-    return IDEM_MISUSE;
-  if (!g->st) return gfail(IDEM_MISUSE, "the guard has no attempt log");
-  if (!(s = idem__malloc(sizeof *s))) return gfail(IDEM_NOMEM, "out of memory");
+  if (!g || g->magic != GUARD_MAGIC || !out) return IDEM_MISUSE;
+  if (idem__abi_in(&cur, sizeof cur, call_in, IDEM__ABI_MIN(idem_call)))
+    return gfail(g, IDEM_MISUSE,
+                 "idem_call.size is %zu: set it to sizeof(idem_call)",
+                 call_in ? call_in->size : 0);
+  if (!call->tool || (!call->args && call->args_len)) return IDEM_MISUSE;
+  if (!g->st) return gfail(g, IDEM_MISUSE, "the guard has no attempt log");
+  if (!(s = idem__malloc(sizeof *s))) return gfail(g, IDEM_NOMEM, "out of memory");
   memset(s, 0, sizeof *s);
   s->magic = STEP_MAGIC;
   idem__buf_init(&s->env, (size_t)64 << 20);
@@ -1042,9 +1105,9 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
   s->turn = call->turn ? idem__strdup(call->turn) : NULL;
   if (step_attach(s, g) || !s->session || !s->call_id || !s->tool ||
       (call->turn && !s->turn))
-    return gfail(IDEM_NOMEM, "out of memory");
+    return gfail(g, IDEM_NOMEM, "out of memory");
   if (call->turn && !*call->turn)
-    return gfail(IDEM_MISUSE, "the turn id is empty: give the model turn's "
+    return gfail(g, IDEM_MISUSE, "the turn id is empty: give the model turn's "
                               "id, or none");
   {
     const char *bad = !utf8_ok(call->session)   ? "session id"
@@ -1053,7 +1116,7 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
                       : !utf8_ok(call->turn)    ? "turn id"
                                                 : NULL;
     if (bad)
-      return gfail(IDEM_INVALID,
+      return gfail(g, IDEM_INVALID,
                    "the %s is not valid UTF-8; nothing was run or recorded",
                    bad);
   }
@@ -1065,10 +1128,11 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
                   "not run. Do not call it again; use another tool or ask "
                   "the user.",
                   s->tool);
+  spec.size = sizeof spec;
   spec.key_arg = s->rule->key_arg;
   spec.key_max_len = s->rule->key_max_len;
   rc = idem_key_mint(s->c, call, &spec, &k);
-  if (rc == IDEM_NOMEM) return gfail(rc, "out of memory");
+  if (rc == IDEM_NOMEM) return gfail(g, rc, "out of memory");
   if (rc)
     return answer(s, IDEM_ANSWER_INVALID_ARGUMENTS, 0, 0, NULL, NULL,
                   "The arguments of this %s call are not valid: %s. Nothing "
@@ -1079,7 +1143,7 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
   s->args = idem__strndup(k.args, k.args_len);
   s->args_len = k.args_len;
   if (!s->key || !s->fingerprint || !s->args || make_send_args(s))
-    return gfail(IDEM_NOMEM, "out of memory");
+    return gfail(g, IDEM_NOMEM, "out of memory");
   if (s->rule->cls != IDEM_CLASS_GUARDED) {
     s->attempt = 1;
     s->phase = PH_PASS;
@@ -1087,7 +1151,7 @@ int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
     return IDEM_OK;
   }
   if (make_fence_key(s) || build_check_args(s, s->args, s->args_len, s->key))
-    return gfail(IDEM_NOMEM, "out of memory");
+    return gfail(g, IDEM_NOMEM, "out of memory");
   s->started = now_ms(s);
   return decide(s);
 }
@@ -1144,7 +1208,7 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   }
   idem_record_free(now);
   if (rc == IDEM_STALE)
-    return strict ? gfail(rc, "the action changed meanwhile")
+    return strict ? gfail(g, rc, "the action changed meanwhile")
                   : IDEM_OK; /* settled already */
   return rc ? store_fail(g, rc) : IDEM_OK;
 }
@@ -1175,23 +1239,39 @@ static int still_landing(idem_guard *g, const idem_settlement *v) {
   return yes;
 }
 
-int idem_guard_settle_many(idem_guard *g, idem_settlement *v, size_t n) {
-  idem__change *chs;
-  char **res;
-  int *rcs, rc = IDEM_OK;
+/* Element i of a caller's array of sized structs, stride bytes apart. */
+#define AT(v, i, stride) ((idem_settlement *)(void *)((char *)(v) + (i) * (stride)))
+
+int idem_guard_settle_many(idem_guard *g, idem_settlement *given, size_t n) {
+  idem__change *chs = NULL;
+  idem_settlement *v = NULL;
+  char **res = NULL;
+  int *rcs = NULL, rc = IDEM_OK;
   idem_canon *c = NULL;
-  size_t i;
-  if (!g || g->magic != GUARD_MAGIC || !g->st || (n && !v)) return IDEM_MISUSE;
-  for (i = 0; i < n; i++)
-    if (!v[i].session || !v[i].call_id || v[i].outcome < IDEM_OUTCOME_APPLIED ||
-        v[i].outcome > IDEM_OUTCOME_UNKNOWN)
-      return IDEM_MISUSE;
+  size_t i, stride = 0;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || (n && !given))
+    return IDEM_MISUSE;
+  if (n) stride = given->size; /* v[0].size is the stride */
+  if (n && stride < IDEM__ABI_MIN(idem_settlement))
+    return gfail(g, IDEM_MISUSE,
+                 "idem_settlement.size is %zu: set it to "
+                 "sizeof(idem_settlement)",
+                 stride);
+  v = idem__malloc((n ? n : 1) * sizeof *v);
   chs = idem__malloc((n ? n : 1) * sizeof *chs);
   res = idem__malloc((n ? n : 1) * sizeof *res);
   rcs = idem__malloc((n ? n : 1) * sizeof *rcs);
-  if (!chs || !res || !rcs || idem_canon_open(&c) != IDEM_OK) {
-    rc = gfail(IDEM_NOMEM, "out of memory");
+  if (!v || !chs || !res || !rcs || idem_canon_open(&c) != IDEM_OK) {
+    rc = gfail(g, IDEM_NOMEM, "out of memory");
     goto done;
+  }
+  for (i = 0; i < n; i++) {
+    (void)idem__abi_in(&v[i], sizeof v[i], AT(given, i, stride), stride);
+    if (!v[i].session || !v[i].call_id || v[i].outcome < IDEM_OUTCOME_APPLIED ||
+        v[i].outcome > IDEM_OUTCOME_UNKNOWN) {
+      rc = IDEM_MISUSE;
+      goto done;
+    }
   }
   for (i = 0; i < n; i++) {
     int out = v[i].outcome == IDEM_OUTCOME_REJECTED ? IDEM_OUTCOME_NOT_APPLIED
@@ -1224,12 +1304,14 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *v, size_t n) {
       if (rcs[i] && rcs[i] != IDEM_STALE && rc == IDEM_OK) rc = rcs[i];
     }
   for (i = 0; i < n; i++) {
-    v[i].rc = v[i].outcome == IDEM_OUTCOME_UNKNOWN ? IDEM_OK : rcs[i];
+    AT(given, i, stride)->rc =
+        v[i].outcome == IDEM_OUTCOME_UNKNOWN ? IDEM_OK : rcs[i];
     idem__free(res[i]);
   }
   if (rc) rc = store_fail(g, rc);
 done:
   idem_canon_close(c);
+  idem__free(v);
   idem__free(chs);
   idem__free(res);
   idem__free(rcs);
@@ -1239,12 +1321,12 @@ done:
 int idem_guard_settle(idem_guard *g, const char *session, const char *call_id,
                       long long token, int outcome, const char *result,
                       size_t result_len) {
-  idem_settlement one = {session, call_id,    token, outcome,
-                         result,  result_len, 0};
+  idem_settlement one = {sizeof one, session, call_id,    token,
+                         outcome,    result,  result_len, 0};
   int rc = idem_guard_settle_many(g, &one, 1);
   if (rc) return rc;
   if (one.rc == IDEM_STALE)
-    return gfail(IDEM_STALE, "the action changed meanwhile");
+    return gfail(g, IDEM_STALE, "the action changed meanwhile");
   return one.rc ? store_fail(g, one.rc) : IDEM_OK;
 }
 
@@ -1286,7 +1368,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
       outcome > IDEM_OUTCOME_UNKNOWN)
     return IDEM_MISUSE;
   if (result && !(res = result_json(s->c, result, result_len)))
-    return gfail(IDEM_NOMEM, "out of memory");
+    return gfail(s->g, IDEM_NOMEM, "out of memory");
   if (s->phase == PH_ANSWERED && s->late_ok) {
     rc = finish_late(s, outcome, res, error);
     idem__free(res);
@@ -1314,9 +1396,9 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   }
   if (s->phase != PH_EXEC) {
     idem__free(res);
-    return gfail(IDEM_MISUSE, "finish without an EXECUTE step");
+    return gfail(s->g, IDEM_MISUSE, "finish without an EXECUTE step");
   }
-  idem__crash_point("after_downstream_return");
+  idem_crash_point("after_downstream_return");
   /* A retry that did not take effect (refused, rate-limited, rejected)
   ** tells nothing of the earlier attempt it repeats, which may have: still
   ** in doubt. */
@@ -1347,12 +1429,12 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     ch.delivered = now_ms(s);
     s->told = 1;
   }
-  idem__crash_point("before_outcome_commit");
+  idem_crash_point("before_outcome_commit");
   /* when someone took the action over meanwhile, what it is now decides */
   now = apply(s, &ch, &rc);
   idem__free(res);
   if (!now) return rc;
-  idem__crash_point("after_outcome_commit");
+  idem_crash_point("after_outcome_commit");
   s->attempt = now->attempts;
   switch (state) {
   case IDEM_STATE_SUCCEEDED:
@@ -1393,25 +1475,42 @@ int idem_step_attempt_ended(idem_step *s) {
   return IDEM_OK;
 }
 
-void idem__guard_defer_start(idem_guard *g) {
-  if (g && g->magic == GUARD_MAGIC) g->defer_start = 1;
+int idem_guard_set(idem_guard *g, int option, long long value) {
+  if (!g || g->magic != GUARD_MAGIC) return IDEM_MISUSE;
+  switch (option) {
+  case IDEM_GUARD_EXECUTOR_HANDS_IN:
+    if (value != 0 && value != 1) break;
+    g->defer_start = (int)value;
+    return IDEM_OK;
+  case IDEM_GUARD_SHARED_PGID:
+    if (value <= 1) break;
+    g->pgid = -value; /* shared by every attempt: recorded negative */
+    return IDEM_OK;
+  default:
+    return gfail(g, IDEM_RANGE, "idem_guard_set: no option %d", option);
+  }
+  return gfail(g, IDEM_RANGE, "idem_guard_set: %lld is not a value of option %d",
+               value, option);
 }
 
-void idem__guard_set_pgid(idem_guard *g, long long pgid) {
-  if (g && g->magic == GUARD_MAGIC) g->pgid = -pgid; /* shared: see idem.h */
-}
-
-const char *idem__guard_owner(const idem_guard *g) {
+const char *idem_guard_owner(const idem_guard *g) {
   return g && g->magic == GUARD_MAGIC ? g->owner : NULL;
 }
 
-int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
-                       long long token, long long lease_ms, long long pgid,
-                       long long timeout_ms, const char *owner) {
+const char *idem_guard_log(const idem_guard *g) {
+  return g && g->magic == GUARD_MAGIC ? g->log : NULL;
+}
+
+int idem_guard_executor_lease(idem_guard *g, const char *session,
+                              const char *call_id, long long token,
+                              long long lease_ms, long long pgid,
+                              long long timeout_ms, const char *owner) {
   idem__change ch;
   long long now = 0;
   int rc;
-  if (!g || g->magic != GUARD_MAGIC || !g->st) return IDEM_MISUSE;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
+      lease_ms <= 0 || pgid < 0)
+    return IDEM_MISUSE;
   if ((rc = g->st->vt->now(g->st, &now))) return store_fail(g, rc);
   memset(&ch, 0, sizeof ch);
   ch.session = session;
@@ -1432,7 +1531,7 @@ int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
   }
   rc = g->st->vt->change(g->st, &ch, NULL);
   if (rc == IDEM_STALE || rc == IDEM_NOTFOUND)
-    return gfail(IDEM_STALE, "the action was taken over by another owner");
+    return gfail(g, IDEM_STALE, "the action was taken over by another owner");
   return rc ? store_fail(g, rc) : IDEM_OK;
 }
 
@@ -1446,11 +1545,11 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
       outcome > IDEM_OUTCOME_UNKNOWN)
     return IDEM_MISUSE;
   if (s->phase != PH_CHECK_OWN && s->phase != PH_CHECK_EARLIER)
-    return gfail(IDEM_MISUSE, "resolve without a CHECK step");
+    return gfail(s->g, IDEM_MISUSE, "resolve without a CHECK step");
   if (outcome == IDEM_OUTCOME_REJECTED) outcome = IDEM_OUTCOME_NOT_APPLIED;
   s->doubted = 0; /* a check answers for the action as a whole */
   if (result && !(res = result_json(s->c, result, result_len)))
-    return gfail(IDEM_NOMEM, "out of memory");
+    return gfail(s->g, IDEM_NOMEM, "out of memory");
   e = s->phase == PH_CHECK_EARLIER ? s->earlier : NULL;
 
   if (outcome == IDEM_OUTCOME_UNKNOWN) {
@@ -1467,7 +1566,7 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
                            e ? e->call_id : s->call_id, &cur);
     if (rc) {
       idem__free(res);
-      return rc == IDEM_NOTFOUND ? gfail(rc, "the record is gone")
+      return rc == IDEM_NOTFOUND ? gfail(s->g, rc, "the record is gone")
                                  : store_fail(s->g, rc);
     }
     if (cur->state == IDEM_STATE_IN_DOUBT && may_land(s, cur)) {
@@ -1520,7 +1619,7 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
 
 int idem_step_poll(idem_step *s) {
   if (!step_ok(s)) return IDEM_MISUSE;
-  if (s->phase != PH_WAIT) return gfail(IDEM_MISUSE, "poll without a WAIT");
+  if (s->phase != PH_WAIT) return gfail(s->g, IDEM_MISUSE, "poll without a WAIT");
   return decide(s);
 }
 
@@ -1663,7 +1762,7 @@ typedef struct run_job {
   char *key, *args;
   size_t args_len;
   int outcome;
-  char *result, *error; /* malloc'd by the tool */
+  char *result, *error; /* the tool's, from idem_malloc() */
   idem_guard *g;        /* held (refs) for the late record */
   char *session, *call_id;
   long long token;
@@ -1677,8 +1776,8 @@ static void job_unref(run_job *j) {
   if (!last) return;
   pthread_mutex_destroy(&j->mu);
   pthread_cond_destroy(&j->cv);
-  free(j->result);
-  free(j->error);
+  idem__free(j->result);
+  idem__free(j->error);
   idem__free(j->key);
   idem__free(j->args);
   idem__free(j->session);
@@ -1704,7 +1803,8 @@ static void job_run(run_job *j) {
   pthread_mutex_unlock(&j->mu);
   if (abandoned && !j->is_check) /* late capture: we were not waited for */
     idem_guard_late(j->g, j->session, j->call_id, j->token, outcome, result,
-                    result ? strlen(result) : 0, error);
+                    result ? strlen(result) : 0, error,
+                    1 /* the tool function returned */);
   job_unref(j);
 }
 
@@ -1871,7 +1971,7 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   if (workers_post(s->g, j) != 0) {
     j->refs = 1;
     job_unref(j);
-    return gfail(IDEM_ERROR, "cannot start a worker thread");
+    return gfail(s->g, IDEM_ERROR, "cannot start a worker thread");
   }
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += (time_t)(deadline_ms / 1000);
@@ -1893,8 +1993,8 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
     j->abandoned = 1;
     *outcome = IDEM_OUTCOME_UNKNOWN;
     /* the reason, for the record and the model's words (freed by the
-    ** caller with free(), as a tool's own error is) */
-    if ((*error = malloc(48)))
+    ** caller with idem__free(), as a tool's own error is) */
+    if ((*error = idem__malloc(48)))
       snprintf(*error, 48, "no answer within %lld ms", deadline_ms);
   }
   pthread_mutex_unlock(&j->mu);
@@ -1902,14 +2002,21 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   return IDEM_OK;
 }
 
-int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
-                    char **envelope, size_t *len) {
+int idem_guard_call(idem_guard *g, const idem_call *call,
+                    const idem_tool *tool_in, char **envelope, size_t *len) {
   idem_step *s = NULL;
   int rc, outcome, ended;
   char *result, *error;
+  idem_tool tcur;
+  const idem_tool *tool = &tcur;
   if (envelope) *envelope = NULL;
   if (len) *len = 0;
-  if (!tool || !tool->run || !envelope) return IDEM_MISUSE;
+  if (!g || g->magic != GUARD_MAGIC || !envelope) return IDEM_MISUSE;
+  if (idem__abi_in(&tcur, sizeof tcur, tool_in, IDEM__ABI_MIN(idem_tool)))
+    return gfail(g, IDEM_MISUSE,
+                 "idem_tool.size is %zu: set it to sizeof(idem_tool)",
+                 tool_in ? tool_in->size : 0);
+  if (!tool->run) return IDEM_MISUSE;
   if ((rc = idem_guard_begin(g, call, &s))) goto done;
   s->auto_deliver = 1;
   for (;;) {
@@ -1922,8 +2029,8 @@ int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
       if (!rc)
         rc = idem_step_finish(s, outcome, result, result ? strlen(result) : 0,
                               error);
-      free(result);
-      free(error);
+      idem__free(result);
+      idem__free(error);
       break;
     case IDEM_NEXT_CHECK:
       if (!tool->check) {
@@ -1934,8 +2041,8 @@ int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
                     &error, &ended);
       if (!rc)
         rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
-      free(result);
-      free(error);
+      idem__free(result);
+      idem__free(error);
       break;
     case IDEM_NEXT_WAIT:
       idem__sleep_ms(s->delay_ms);
@@ -1943,7 +2050,7 @@ int idem_guard_call(idem_guard *g, const idem_call *call, const idem_tool *tool,
       break;
     case IDEM_NEXT_ANSWER:
       if (!(*envelope = idem__strndup(s->env.p, s->env.len))) {
-        rc = gfail(IDEM_NOMEM, "out of memory");
+        rc = gfail(g, IDEM_NOMEM, "out of memory");
         goto done;
       }
       if (len) *len = s->env.len;
@@ -1971,7 +2078,7 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   if (rc) return rc == IDEM_NOTFOUND ? rc : store_fail(g, rc);
   if (!(s = idem__malloc(sizeof *s))) {
     idem_record_free(r);
-    return gfail(IDEM_NOMEM, "out of memory");
+    return gfail(g, IDEM_NOMEM, "out of memory");
   }
   memset(s, 0, sizeof *s);
   s->magic = STEP_MAGIC;
@@ -1988,12 +2095,11 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   if (step_attach(s, g) || !s->session || !s->call_id || !s->tool || !s->key ||
       !s->fingerprint || !s->args) {
     idem_record_free(r);
-    return gfail(IDEM_NOMEM, "out of memory");
+    return gfail(g, IDEM_NOMEM, "out of memory");
   }
   s->rule = idem__policy_rule(g->policy, s->tool, &s->scratch);
   s->attempt = r->attempts;
-  if (r->state != IDEM_STATE_IN_DOUBT &&
-      (r->state != IDEM_STATE_PENDING || holder_live(s, r))) {
+  if (!recoverable(r, now_ms(s))) {
     /* nothing in doubt: say what it is */
     if (r->state == IDEM_STATE_PENDING)
       rc = answer(s, IDEM_ANSWER_IN_PROGRESS, 0, r->attempts, NULL, NULL,
@@ -2012,7 +2118,7 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   idem_record_free(r);
   if (rc) {
     idem_record_free(now);
-    if (rc == IDEM_STALE) return gfail(rc, "the record changed meanwhile");
+    if (rc == IDEM_STALE) return gfail(g, rc, "the record changed meanwhile");
     return store_fail(g, rc);
   }
   s->token = now->token;
@@ -2029,16 +2135,7 @@ long long idem_step_token(const idem_step *s) {
 
 int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
                     long long token, int outcome, const char *result,
-                    size_t result_len, const char *error) {
-  /* a result arrived: the attempt has ended */
-  return idem__guard_late_ex(g, session, call_id, token, outcome, result,
-                             result_len, error, 1);
-}
-
-int idem__guard_late_ex(idem_guard *g, const char *session,
-                        const char *call_id, long long token, int outcome,
-                        const char *result, size_t result_len,
-                        const char *error, int ended) {
+                    size_t result_len, const char *error, int ended) {
   idem_step late;
   idem_canon *c = NULL;
   char *res = NULL;
@@ -2049,7 +2146,7 @@ int idem__guard_late_ex(idem_guard *g, const char *session,
   if (idem_canon_open(&c) != IDEM_OK ||
       (result && !(res = result_json(c, result, result_len)))) {
     idem_canon_close(c);
-    return gfail(IDEM_NOMEM, "out of memory");
+    return gfail(g, IDEM_NOMEM, "out of memory");
   }
   idem_canon_close(c);
   memset(&late, 0, sizeof late);
@@ -2057,8 +2154,89 @@ int idem__guard_late_ex(idem_guard *g, const char *session,
   late.session = (char *)(uintptr_t)session;
   late.call_id = (char *)(uintptr_t)call_id;
   late.token = token;
-  late.ended = ended;
+  late.ended = ended != 0;
   rc = finish_late(&late, outcome, res, error);
   idem__free(res);
   return rc;
+}
+
+/* ---- reading and keeping the log ------------------------------------------- */
+
+typedef struct list_ctx {
+  idem_record_fn fn;
+  void *ctx;
+  long long now;   /* the log's clock, for the recoverable filter */
+  int recoverable;
+  size_t left;     /* records still wanted; SIZE_MAX: no limit */
+} list_ctx;
+
+static int list_one(const idem_record *r, void *arg) {
+  list_ctx *x = arg;
+  if (x->recoverable && !recoverable(r, x->now)) return 0;
+  if (x->left == 0) return 1;
+  if (x->left != SIZE_MAX) x->left--;
+  return x->fn(x->ctx, r) ? 1 : 0;
+}
+
+int idem_guard_list(idem_guard *g, const idem_filter *f, idem_record_fn fn,
+                    void *ctx) {
+  idem_filter cur;
+  idem__filter sf;
+  list_ctx x;
+  int rc;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || !fn) return IDEM_MISUSE;
+  if (!f)
+    memset(&cur, 0, sizeof cur);
+  else if (idem__abi_in(&cur, sizeof cur, f, IDEM__ABI_MIN(idem_filter)))
+    return gfail(g, IDEM_MISUSE,
+                 "idem_filter.size is %zu: set it to sizeof(idem_filter)",
+                 f->size);
+  memset(&x, 0, sizeof x);
+  x.fn = fn;
+  x.ctx = ctx;
+  x.recoverable = cur.recoverable != 0;
+  x.left = cur.limit ? cur.limit : SIZE_MAX;
+  sf.session = cur.session;
+  sf.states = cur.states;
+  sf.limit = cur.limit;
+  if (x.recoverable) {
+    /* the limit counts recoverable records, which the store cannot see */
+    sf.states = (cur.states ? cur.states : ALL_STATES) &
+                (BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING));
+    sf.limit = 0;
+    if (!sf.states) return IDEM_OK;
+    if ((rc = g->st->vt->now(g->st, &x.now))) return store_fail(g, rc);
+  }
+  rc = g->st->vt->list(g->st, &sf, list_one, &x);
+  return rc ? store_fail(g, rc) : IDEM_OK;
+}
+
+int idem_guard_stats(idem_guard *g, idem_stats *out) {
+  idem_stats st;
+  long long counts[8] = {0};
+  int rc, i;
+  if (!g || g->magic != GUARD_MAGIC || !g->st) return IDEM_MISUSE;
+  if ((rc = g->st->vt->stats(g->st, counts))) return store_fail(g, rc);
+  memset(&st, 0, sizeof st);
+  st.size = sizeof st;
+  for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++) {
+    st.by_state[i] = counts[i];
+    st.records += counts[i];
+  }
+  if (idem__abi_out(out, &st, sizeof st, IDEM__ABI_MIN(idem_stats)))
+    return gfail(g, IDEM_MISUSE,
+                 "idem_stats.size is too small: set it to sizeof(idem_stats)");
+  return IDEM_OK;
+}
+
+int idem_guard_gc(idem_guard *g, size_t *removed) {
+  long long now = 0;
+  size_t n = 0;
+  int rc;
+  if (removed) *removed = 0;
+  if (!g || g->magic != GUARD_MAGIC || !g->st) return IDEM_MISUSE;
+  if ((rc = g->st->vt->now(g->st, &now)) || (rc = g->st->vt->gc(g->st, now, &n)))
+    return store_fail(g, rc);
+  if (removed) *removed = n;
+  return IDEM_OK;
 }

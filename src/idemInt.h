@@ -39,6 +39,19 @@ void idem__free(void *p);
 char *idem__strndup(const char *s, size_t n);
 char *idem__strdup(const char *s);
 
+/* ---- abi.c: the structs of idem.h that carry their size ----------------- */
+
+/* A sized struct from the caller: *dst (dsize bytes, this version's) is
+** zeroed, then what the caller's struct at src holds is copied over it.
+** IDEM_MISUSE when src is NULL or its size is below min. */
+int idem__abi_in(void *dst, size_t dsize, const void *src, size_t min);
+/* A sized struct for the caller: what of src (ssize bytes) fits the
+** caller's size is copied to dst, its size field kept.  IDEM_MISUSE when
+** dst is NULL or its size is below min. */
+int idem__abi_out(void *dst, const void *src, size_t ssize, size_t min);
+/* The smallest size of each: its first layout, which is this version's. */
+#define IDEM__ABI_MIN(type) sizeof(type)
+
 /* ---- buf.c: growable byte buffers with a hard cap ------------------------ */
 
 /*
@@ -184,7 +197,7 @@ typedef struct idem__status_rule {
   char *equals;     /* canonical JSON value, with _POINTER                */
 } idem__status_rule;
 
-#define IDEM__MAX_EXIT_CODES 16
+#define IDEM__MAX_EXIT_CODES IDEM_MAX_EXIT_CODES
 
 /*
 ** An HTTP tool (docs/POLICY.md, "http"): the request idem makes for it.
@@ -255,6 +268,10 @@ struct idem_policy {
 ** IDEM_OUTCOME_APPLIED, _NOT_APPLIED, or _UNKNOWN when it is not JSON. */
 int idem__status_verdict(const idem__status_rule *s, const char *key,
                          const char *result, size_t len);
+
+/* How long a lease on an action of tool r lasts: every attempt and
+** reconciling within it, and ten seconds more. */
+long long idem__lease_ms(const idem__tool_rule *r);
 
 /* Fill r with the defaults for a guarded tool called name (not copied). */
 void idem__rule_defaults(idem__tool_rule *r, const char *name);
@@ -456,39 +473,6 @@ enum {
 };
 long long idem__sqlite_count(idem__store *st, int which);
 
-/* ---- guard.c: the executor of idem exec (SPEC §6a) ----------------------- */
-
-/* Steps of g insert their attempts without an executor: a runner hands
-** itself in (idem__runner_lease) before it starts the command. */
-void idem__guard_defer_start(idem_guard *g);
-/* The attempts of g's steps run in process group pgid as well as in this
-** process (idem mcp: the server's group, recorded as -pgid: shared by
-** every attempt): once this process is gone and that group is empty,
-** nothing of them can land (SPEC §6a). */
-void idem__guard_set_pgid(idem_guard *g, long long pgid);
-/* How long a lease on an action of tool r lasts. */
-long long idem__lease_ms(const idem__tool_rule *r);
-/* The lease of a runner on the action it runs under token.  pgid > 0:
-** the hand-over - the runner becomes the pending action's executor and
-** lease holder, with the command's process group, durably, before the
-** command starts; pgid 0: a renewal while the command runs, or with owner
-** set, the lease handed back to that owner (the front end, before the
-** runner answers it and exits: the record is never left pending under a
-** runner that is gone while its result is on its way).  IDEM_STALE when
-** another owner took the action over (then start nothing / stop
-** renewing). */
-int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
-                       long long token, long long lease_ms, long long pgid,
-                       long long timeout_ms, const char *owner);
-/* g's owner id ("host:pid:start"). */
-const char *idem__guard_owner(const idem_guard *g);
-/* idem_guard_late, saying whether the attempt has ended (an UNKNOWN result
-** that has ended means nothing of the attempt can land any more). */
-int idem__guard_late_ex(idem_guard *g, const char *session,
-                        const char *call_id, long long token, int outcome,
-                        const char *result, size_t result_len,
-                        const char *error, int ended);
-
 /* ---- owner.c: lease holders and crash points ----------------------------- */
 
 /* "HOST:PID:START" of this process. */
@@ -496,10 +480,7 @@ void idem__owner_self(char *buf, size_t n);
 /* 1: the owner is a live process; 0: a process of this machine that is
 ** gone; -1: cannot tell (another machine, a malformed owner). */
 int idem__owner_alive(const char *owner);
-/* Is process group pgid of this machine empty (kill(-pgid, 0): ESRCH)? */
-int idem__group_empty(long long pgid);
-/* SIGKILL this process if IDEM_CRASH_AT names this point (SPEC §11). */
-void idem__crash_point(const char *name);
+/* idem_process_group_empty() and idem_crash_point() are public (idem.h). */
 
 /* ---- dl.c: optional libraries, loaded on first use ----------------------- */
 

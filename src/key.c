@@ -183,15 +183,44 @@ static const char *json_kind(char first) {
   }
 }
 
-int idem_key_mint(idem_canon *c, const idem_call *call,
-                  const idem_keyspec *spec, idem_key *out) {
+/* The caller's sized structs (idem.h, ABI) as this version's. */
+static int call_in(idem_canon *c, const idem_call *call, idem_call *cur) {
+  if (idem__abi_in(cur, sizeof *cur, call, IDEM__ABI_MIN(idem_call)))
+    return idem__canon_fail(c, IDEM_MISUSE, IDEM__NO_OFFSET,
+                            "idem_call.size is %zu: set it to "
+                            "sizeof(idem_call)",
+                            call ? call->size : 0);
+  return IDEM_OK;
+}
+
+static int spec_in(idem_canon *c, const idem_keyspec *spec,
+                   idem_keyspec *cur) {
+  if (!spec) { /* the defaults */
+    memset(cur, 0, sizeof *cur);
+    return IDEM_OK;
+  }
+  if (idem__abi_in(cur, sizeof *cur, spec, IDEM__ABI_MIN(idem_keyspec)))
+    return idem__canon_fail(c, IDEM_MISUSE, IDEM__NO_OFFSET,
+                            "idem_keyspec.size is %zu: set it to "
+                            "sizeof(idem_keyspec)",
+                            spec->size);
+  return IDEM_OK;
+}
+
+int idem_key_mint(idem_canon *c, const idem_call *call_in_,
+                  const idem_keyspec *spec_in_, idem_key *out) {
   idem__canon_opt opt = {0, NULL, 0, 1, 0};
+  idem_call cur;
+  idem_keyspec spec_cur;
+  const idem_call *call = &cur;
+  const idem_keyspec *spec = &spec_cur;
   size_t max_len, bad = 0;
   int rc;
   if (out) memset(out, 0, sizeof *out);
-  if (!c || c->magic != IDEM__CANON_MAGIC || !call || !out ||
-      (!call->args && call->args_len))
-    return IDEM_MISUSE;
+  if (!c || c->magic != IDEM__CANON_MAGIC || !out) return IDEM_MISUSE;
+  if ((rc = call_in(c, call_in_, &cur)) || (rc = spec_in(c, spec_in_, &spec_cur)))
+    return rc;
+  if (!call->args && call->args_len) return IDEM_MISUSE;
   if ((rc = spec_check(c, spec, &max_len))) return rc;
   if (!call->session || !call->session[0])
     return idem__canon_fail(c, IDEM_INVALID, IDEM__NO_OFFSET,
@@ -237,7 +266,9 @@ static const char *const member_names[M_COUNT] = {"args", "call", "session",
                                                   "tool"};
 
 int idem_key_mint_json(idem_canon *c, const char *text, size_t len,
-                       const idem_keyspec *spec, idem_key *out) {
+                       const idem_keyspec *spec_in_, idem_key *out) {
+  idem_keyspec spec_cur;
+  const idem_keyspec *spec = &spec_cur;
   idem__canon_opt opt = {0, NULL, 0, 2, 1}; /* the call's own order is kept:
                                               only its members are used */
   const idem__member *found[M_COUNT] = {NULL, NULL, NULL, NULL};
@@ -246,6 +277,7 @@ int idem_key_mint_json(idem_canon *c, const char *text, size_t len,
   if (out) memset(out, 0, sizeof *out);
   if (!c || c->magic != IDEM__CANON_MAGIC || !out || (!text && len))
     return IDEM_MISUSE;
+  if ((rc = spec_in(c, spec_in_, &spec_cur))) return rc;
   if ((rc = spec_check(c, spec, &max_len))) return rc;
   opt.max_depth = c->max_depth + 1; /* the call object wraps the arguments */
   if (spec && spec->key_arg) {

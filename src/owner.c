@@ -132,7 +132,7 @@ int idem__owner_alive(const char *owner) {
   return 1;
 }
 
-int idem__group_empty(long long pgid) {
+int idem_process_group_empty(long long pgid) {
   DIR *d;
   struct dirent *e;
   int empty = 1;
@@ -154,7 +154,7 @@ int idem__group_empty(long long pgid) {
   return empty;
 }
 
-void idem__crash_point(const char *name) {
+void idem_crash_point(const char *name) {
   const char *at = getenv("IDEM_CRASH_AT");
   if (IDEM__UNLIKELY(at != NULL) && strcmp(at, name) == 0) {
     /* SIGKILL: no handler, no flush, no cleanup - what a crash is */

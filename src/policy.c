@@ -1257,9 +1257,56 @@ const idem__tool_rule *idem__policy_rule(const idem_policy *p, const char *tool,
   return scratch;
 }
 
+long long idem__lease_ms(const idem__tool_rule *r) {
+  return r->timeout_ms * (r->retries + 1) + r->reconcile_timeout_ms + 10000;
+}
+
 int idem_policy_class(const idem_policy *p, const char *tool) {
   idem__tool_rule scratch;
   return idem__policy_rule(p, tool, &scratch)->cls;
+}
+
+static void codes_out(int *dst, int *n, const int *src, int count) {
+  memcpy(dst, src, (size_t)count * sizeof *src);
+  *n = count;
+}
+
+int idem_policy_tool(const idem_policy *p, const char *tool,
+                     idem_tool_info *out) {
+  idem__tool_rule scratch;
+  const idem__tool_rule *r;
+  idem_tool_info i;
+  if (!tool || (p && p->magic != IDEM__POLICY_MAGIC)) return IDEM_MISUSE;
+  r = idem__policy_rule(p, tool, &scratch);
+  memset(&i, 0, sizeof i);
+  i.size = sizeof i;
+  i.named = r != &scratch;
+  i.cls = r->cls;
+  i.timeout_ms = r->timeout_ms;
+  i.retries = r->retries;
+  i.backoff_ms = r->backoff_ms;
+  i.reconcile_timeout_ms = r->reconcile_timeout_ms;
+  i.wait_ms = r->wait_ms;
+  i.settle_ms = r->settle_ms;
+  i.lease_ms = idem__lease_ms(r);
+  i.coalesce_ms = r->coalesce_ms;
+  i.repeat_window_s = r->repeat_window_s;
+  i.retention_s = r->retention_s;
+  i.provider_dedupes = r->provider_dedupes;
+  /* scratch's strings are the caller's tool name or NULL: none borrowed */
+  i.key_arg = i.named ? r->key_arg : NULL;
+  i.has_status = r->has_status;
+  i.status_tool = r->has_status ? r->status.tool : NULL;
+  i.status_command = r->has_status ? r->status.command : NULL;
+  i.http = r->has_http;
+  i.on_is_error = r->on_is_error;
+  codes_out(i.exit_applied, &i.n_exit_applied, r->exit_applied,
+            r->n_exit_applied);
+  codes_out(i.exit_not_applied, &i.n_exit_not_applied, r->exit_not_applied,
+            r->n_exit_not_applied);
+  codes_out(i.exit_rejected, &i.n_exit_rejected, r->exit_rejected,
+            r->n_exit_rejected);
+  return idem__abi_out(out, &i, sizeof i, IDEM__ABI_MIN(idem_tool_info));
 }
 
 /* ---- explain ------------------------------------------------------------------

@@ -28,8 +28,9 @@ cat > "$tmp/t.c" <<'C'
 int main(void) {
   idem_canon *c;
   idem_key k;
-  idem_call call = {"sess_1", "toolu_7", "refund_payment",
-                    "{\"order_id\":\"ord_1\",\"amount_cents\":6000}", 0};
+  idem_call call = {.size = sizeof call, .session = "sess_1",
+                    .call_id = "toolu_7", .tool = "refund_payment",
+                    .args = "{\"order_id\":\"ord_1\",\"amount_cents\":6000}"};
   call.args_len = strlen(call.args);
   if (idem_version_number() != IDEM_VERSION_NUMBER) return 3;
   if (idem_canon_open(&c) != IDEM_OK) return 1;

@@ -20,7 +20,7 @@ static void test_misuse(void) {
   const char *out = "x";
   size_t n = 9;
   idem_key k;
-  idem_call call = {"s", "c", "t", "{}", 2, NULL};
+  idem_call call = {sizeof call, "s", "c", "t", "{}", 2, NULL};
   CHECK_INT(idem_canon_open(NULL), IDEM_MISUSE);
   CHECK_INT(idem_canon_json(NULL, "1", 1, &out, &n), IDEM_MISUSE);
   CHECK(out == NULL && n == 0);
@@ -319,8 +319,8 @@ static void test_simd_strings(void) {
 static void test_keys(void) {
   idem_canon *c = open_canon();
   idem_key k;
-  idem_keyspec spec = {NULL, 0};
-  idem_call call = {"sess_1", "toolu_7", "refund_payment",
+  idem_keyspec spec = {sizeof spec, NULL, 0};
+  idem_call call = {sizeof call, "sess_1", "toolu_7", "refund_payment",
                     "{\"order_id\":\"ord_1\",\"amount_cents\":6000}", 0,
                     NULL};
   char long_id[300];
@@ -413,7 +413,7 @@ static void test_keys(void) {
 static void test_key_json(void) {
   idem_canon *c = open_canon();
   idem_key k;
-  idem_keyspec spec = {"idempotency_key", 0};
+  idem_keyspec spec = {sizeof spec, "idempotency_key", 0};
   const char *line = "{\"tool\":\"refund_payment\",\"session\":\"sess_1\","
                      "\"args\":{\"order_id\":\"ord_1\",\"amount_cents\":6000,"
                      "\"idempotency_key\":\"x\"},\"call\":\"toolu_7\"}";
@@ -509,7 +509,7 @@ static void test_alloc_failures(void) {
     const char *out;
     size_t olen;
     idem_key k;
-    idem_call call = {"s", "c", "t", big, len, NULL};
+    idem_call call = {sizeof call, "s", "c", "t", big, len, NULL};
     int rc;
     alloc_budget = n;
     alloc_live = 0;

@@ -56,9 +56,11 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+/* A tool's result and error are handed over through the library's
+** allocator (idem.h: one rule for memory). */
 static char *dupz(const char *s) {
-  char *p = malloc(strlen(s) + 1);
-  strcpy(p, s);
+  char *p = idem_malloc(strlen(s) + 1);
+  if (p) strcpy(p, s);
   return p;
 }
 
@@ -203,8 +205,8 @@ static char *call(idem_guard *g, const char *session, const char *call_id,
                   const char *tool, const char *args, int with_check,
                   const char *want_status) {
   char turn[32];
-  idem_call c = {session, call_id, tool, args, strlen(args), turn};
-  idem_tool t = {refund_run, with_check ? refund_check : NULL, NULL};
+  idem_call c = {sizeof c, session, call_id, tool, args, strlen(args), turn};
+  idem_tool t = {sizeof t, refund_run, with_check ? refund_check : NULL, NULL};
   char *env = NULL, want[64];
   size_t len;
   int rc;
@@ -428,9 +430,9 @@ typedef struct racer {
 
 static void *race_main(void *arg) {
   racer *r = arg;
-  idem_call c = {"sess_r", r->call_id, "refund_payment", ARGS, strlen(ARGS),
+  idem_call c = {sizeof c, "sess_r", r->call_id, "refund_payment", ARGS, strlen(ARGS),
                  r->turn};
-  idem_tool t = {refund_run, refund_check, NULL};
+  idem_tool t = {sizeof t, refund_run, refund_check, NULL};
   size_t len;
   idem_guard_call(r->g, &c, &t, &r->env, &len);
   return NULL;
@@ -512,7 +514,7 @@ static void test_bad_log(void) {
 static void test_two_phase(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {"sess_5", "toolu_1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, "sess_5", "toolu_1", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s = NULL;
   size_t len;
   const char *a;
@@ -566,7 +568,7 @@ static void test_retry_after_doubt(void) {
       "\"arguments\":{\"order_id\":\"{order_id}\"}}},"
       "\"get_refund_status\":{\"class\":\"read_only\"}}}");
   idem_guard *g = open_guard(p);
-  idem_call c = {"sess_6", "toolu_1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, "sess_6", "toolu_1", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s = NULL;
   const char *yes =
       "{\"data\":[{\"key\":\"sess_6:toolu_1:a280fb850f483293\"}]}";
@@ -898,7 +900,7 @@ static long long left_unknown(idem_guard *g, idem_call *c, int ended) {
 static void test_two_phase_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {"tp1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, "tp1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s;
   idem_record *r;
   const char *env;
@@ -964,7 +966,7 @@ static void test_two_phase_inflight(void) {
   c.session = "tp3";
   token = left_unknown(g, &c, 0);
   CHECK_INT(idem_guard_late(g, "tp3", "c1", token + 1, IDEM_OUTCOME_UNKNOWN,
-                            NULL, 0, "connection reset"),
+                            NULL, 0, "connection reset", 1),
             IDEM_OK);
   if ((r = record(g, "tp3", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
@@ -972,7 +974,7 @@ static void test_two_phase_inflight(void) {
   }
   idem_record_free(r);
   CHECK_INT(idem_guard_late(g, "tp3", "c1", token, IDEM_OUTCOME_UNKNOWN, NULL,
-                            0, "connection reset"),
+                            0, "connection reset", 1),
             IDEM_OK);
   if ((r = record(g, "tp3", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
@@ -1004,8 +1006,8 @@ static void test_two_phase_inflight(void) {
 static void late_word_case(const char *sess, int outcome) {
   idem_policy *p = late_policy(100, 2, 0, 0, 1);
   idem_guard *g = open_guard(p);
-  idem_call c = {sess, "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
-  idem_call c2 = {sess, "c2", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, sess, "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c2 = {sizeof c2, sess, "c2", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s = timed_out(g, &c, 0), *s2 = NULL;
   idem_record *r;
   long long token = idem_step_token(s);
@@ -1017,7 +1019,7 @@ static void late_word_case(const char *sess, int outcome) {
   CHECK_INT(idem_step_attempt(s), 2);
   /* attempt 1's late word */
   CHECK_INT(idem_guard_late(g, sess, "c1", token, outcome, NULL, 0,
-                            "connection reset"),
+                            "connection reset", 1),
             IDEM_OK);
   if ((r = record(g, sess, "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_PENDING);
@@ -1060,7 +1062,7 @@ static void test_late_word_of_an_older_attempt(void) {
 static void test_recover_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {"rc1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, "rc1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_settlement v[2];
   idem_step *s = NULL;
   idem_record *r;
@@ -1107,6 +1109,7 @@ static void test_recover_inflight(void) {
   /* settle_many: NOT_APPLIED on the one in flight is IDEM_STALE and
   ** changes nothing; on the ended one it settles */
   memset(v, 0, sizeof v);
+  v[0].size = v[1].size = sizeof v[0];
   v[0].session = "rc1";
   v[0].call_id = "c1";
   v[0].token = t1;
@@ -1154,8 +1157,8 @@ static void test_recover_inflight(void) {
 static void test_fence_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c1 = {"fe1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
-  idem_call c2 = {"fe1", "c2", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c1 = {sizeof c1, "fe1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c2 = {sizeof c2, "fe1", "c2", "refund_payment", ARGS, strlen(ARGS), NULL};
   idem_step *s = NULL;
   idem_record *r;
   const char *env;

@@ -49,7 +49,8 @@ static int refund(void *ctx, const char *key, const char *args, size_t len,
   int n = snprintf(line, sizeof line, "%s\n", key);
   (void)ctx, (void)args, (void)len, (void)error;
   if (write(g_ledger, line, (size_t)n) != n) return IDEM_OUTCOME_UNKNOWN;
-  *result = strdup("{\"refund_id\":\"re_1\"}");
+  static const char res[] = "{\"refund_id\":\"re_1\"}";
+  if ((*result = idem_malloc(sizeof res))) memcpy(*result, res, sizeof res);
   return IDEM_OUTCOME_APPLIED;
 }
 
@@ -62,8 +63,8 @@ static void fail(const char *what, const char *detail, int run) {
 /* One call; its envelope (free()) or NULL. */
 static char *one(idem_guard *g, const char *session, const char *call_id,
                  const char *turn) {
-  idem_call c = {session, call_id, "refund_payment", ARGS, strlen(ARGS), turn};
-  idem_tool t = {refund, NULL, NULL};
+  idem_call c = {sizeof c, session, call_id, "refund_payment", ARGS, strlen(ARGS), turn};
+  idem_tool t = {sizeof t, refund, NULL, NULL};
   char *env = NULL, *copy;
   size_t len;
   if (idem_guard_call(g, &c, &t, &env, &len) != IDEM_OK) {

@@ -44,7 +44,7 @@ static double mono(void) {
 
 double idem_bench_replay_c(idem_guard *g, const idem_call *calls, int n) {
   int ran = 0, bad = 0, i;
-  idem_tool t = {must_not_run, NULL, NULL};
+  idem_tool t = {sizeof t, must_not_run, NULL, NULL};
   double t0;
   t.ctx = &ran;
   if (n < 1) return -1;

@@ -122,8 +122,10 @@
 ** at most MAX_READERS), each used by one thread at a time; connections are
 ** SQLITE_OPEN_NOMUTEX.  WAL readers never block the writer nor each other.
 ** Statements are prepared once per connection and cached.  A store has two
-** threads of its own: the writer and the checkpointer.  (The first open
-** in a process also settles glibc's heap thresholds: see settle_heap.)
+** threads of its own: the writer and the checkpointer.  The store changes
+** nothing of the host process (no heap thresholds, no global SQLite
+** configuration beyond its own VFS): the idem command settles its own heap
+** (cli/main.c).
 **
 ** ERRORS
 **
@@ -482,29 +484,8 @@ static int atfork_ok;
 
 static void on_fork_child(void) { atomic_fetch_add(&fork_gen, 1); }
 
-/*
-** The heap.  Each write transaction makes SQLite allocate and free blocks
-** of 64-90 KiB (the page cache's bulk, the b-tree balancer's scratch).  With
-** glibc's initial thresholds those come from the top of the heap and every
-** free trims it: a brk() shrink and a TLB shootdown on every CPU, then page
-** faults to grow it again - on a virtual machine that costs more than the
-** fdatasync we are paying for.  glibc raises its mmap threshold to the size
-** of a freed mmapped block, and its trim threshold to twice that, unless
-** the program set them itself (mallopt(3), "dynamic mmap threshold"); so
-** one 1 MiB block allocated and freed once settles the heap: the transient
-** blocks are reused, not trimmed.  The C library's malloc, not idem__malloc:
-** it is SQLite's heap that matters.
-*/
-static void settle_heap(void) {
-#if defined(__GLIBC__)
-  void *volatile p = malloc(1u << 20);
-  free(p);
-#endif
-}
-
 static void atfork_register(void) {
   atfork_ok = pthread_atfork(NULL, NULL, on_fork_child) == 0;
-  settle_heap();
 }
 
 static int forked(const sq_store *s) {

@@ -46,7 +46,8 @@ static int refund(void *ctx, const char *key, const char *args, size_t args_len,
   n = snprintf(line, sizeof line, "%.*s\n", (int)strcspn(o, "\""), o);
   if (write(g_ledger, line, (size_t)n) != n) return IDEM_OUTCOME_UNKNOWN;
   nanosleep(&t, NULL);
-  *result = strdup("{\"refund_id\":\"re\"}");
+  static const char res[] = "{\"refund_id\":\"re\"}";
+  if ((*result = idem_malloc(sizeof res))) memcpy(*result, res, sizeof res);
   return IDEM_OUTCOME_APPLIED;
 }
 
@@ -56,10 +57,10 @@ typedef struct worker {
 } worker;
 
 static int one(worker *w, const char *call_id, int i) {
-  idem_tool tool = {refund, NULL, NULL};
+  idem_tool tool = {sizeof tool, refund, NULL, NULL};
   char args[96], *env = NULL;
   size_t len = 0;
-  idem_call c = {0}; /* every field, the ones a later version adds too */
+  idem_call c = {.size = sizeof c}; /* every field, the ones a later version adds too */
   int rc;
   snprintf(args, sizeof args, "{\"order_id\":\"o_%d\",\"amount_cents\":6000}",
            i);

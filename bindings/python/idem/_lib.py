@@ -66,14 +66,24 @@ c_longlong = ctypes.c_longlong
 P = ctypes.POINTER
 
 
-class Call(ctypes.Structure):
-    _fields_ = [("session", c_char_p), ("call_id", c_char_p),
-                ("tool", c_char_p), ("args", c_char_p),
-                ("args_len", c_size_t), ("turn", c_char_p)]
+class _Sized(ctypes.Structure):
+    """A struct of idem.h that carries its size first (the ABI rule): made
+    with the other fields positionally, size set to the struct's."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(ctypes.sizeof(self), *args, **kw)
 
 
-class KeySpec(ctypes.Structure):
-    _fields_ = [("key_arg", c_char_p), ("key_max_len", c_size_t)]
+class Call(_Sized):
+    _fields_ = [("size", c_size_t), ("session", c_char_p),
+                ("call_id", c_char_p), ("tool", c_char_p),
+                ("args", c_char_p), ("args_len", c_size_t),
+                ("turn", c_char_p)]
+
+
+class KeySpec(_Sized):
+    _fields_ = [("size", c_size_t), ("key_arg", c_char_p),
+                ("key_max_len", c_size_t)]
 
 
 class Key(ctypes.Structure):
@@ -107,12 +117,14 @@ TOOL_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p, c_size_t,
                            P(c_void_p), P(c_void_p))
 
 
-class Tool(ctypes.Structure):
-    _fields_ = [("run", TOOL_FN), ("check", TOOL_FN), ("ctx", c_void_p)]
+class Tool(_Sized):
+    _fields_ = [("size", c_size_t), ("run", TOOL_FN), ("check", TOOL_FN),
+                ("ctx", c_void_p)]
 
 
-class Settlement(ctypes.Structure):
-    _fields_ = [("session", c_char_p), ("call_id", c_char_p),
+class Settlement(_Sized):
+    _fields_ = [("size", c_size_t), ("session", c_char_p),
+                ("call_id", c_char_p),
                 ("token", c_longlong), ("outcome", c_int),
                 ("result", c_char_p), ("result_len", c_size_t),
                 ("rc", c_int)]
@@ -166,7 +178,7 @@ guard_recover = _fn("idem_guard_recover", c_int, c_void_p, c_char_p,
 guard_settle = _fn("idem_guard_settle", c_int, c_void_p, c_char_p, c_char_p,
                    c_longlong, c_int, c_char_p, c_size_t)
 guard_late = _fn("idem_guard_late", c_int, c_void_p, c_char_p, c_char_p,
-                 c_longlong, c_int, c_char_p, c_size_t, c_char_p)
+                 c_longlong, c_int, c_char_p, c_size_t, c_char_p, c_int)
 guard_record = _fn("idem_guard_record", c_int, c_void_p, c_char_p, c_char_p,
                    P(P(Record)))
 
@@ -193,12 +205,9 @@ step_answer = _fn("idem_step_answer", c_int, c_void_p)
 step_envelope = _fn("idem_step_envelope", c_void_p, c_void_p, SZ)
 step_token = _fn("idem_step_token", c_longlong, c_void_p)
 
-# The C library's malloc: idem_guard_call frees a tool's result and error
-# with free(), so they must come from the same allocator.
-_libc = ctypes.CDLL(None)
-malloc = _libc.malloc
-malloc.restype = c_void_p
-malloc.argtypes = (c_size_t,)
+# What a tool hands over for the library to free (its result and error)
+# comes from the library's own allocator (idem.h: one rule for memory).
+malloc = _fn("idem_malloc", c_void_p, c_size_t)
 
 # The replay's hot path: the same functions without argtypes, called only
 # with ctypes objects (c_void_p, byref) so nothing needs converting or

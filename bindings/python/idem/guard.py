@@ -59,12 +59,13 @@ _string_at = ctypes.string_at
 _c_void_p = ctypes.c_void_p
 _c_size_t = ctypes.c_size_t
 _Call = L.Call
+_CALL_SIZE = ctypes.sizeof(L.Call)
 _guard_call = L.guard_call_fast
 _free = L.free_fast
 _loads = json.loads
 _tls = threading.local()
 _c_char_p = ctypes.c_char_p
-_pack_call = struct.Struct("PPPPNP").pack  # an idem_call, as bytes
+_pack_call = struct.Struct("NPPPPNP").pack  # an idem_call, as bytes
 _OFF = L.BYTES_OFFSET
 _copy_context = contextvars.copy_context
 
@@ -309,15 +310,18 @@ class Guard(_Handle):
             raise _err(g, rc)
 
     def late(self, session, call_id, token, outcome, result=None,
-             error=None, result_json=None):
+             error=None, result_json=None, ended=True):
         """Record a result that arrived after the deadline, from wherever it
-        arrives; dropped when the action was settled meanwhile."""
+        arrives; dropped when the action was settled meanwhile.  ``ended``
+        says the attempt is over (the tool returned): with UNKNOWN, nothing
+        of it can land any more (SPEC 6a)."""
         g = self._h()
         r = _opt_text(result, result_json)
         rc = L.guard_late(g, _name(session, "session"),
                           _name(call_id, "call_id"), int(token),
                           _outcome(outcome), r, len(r) if r else 0,
-                          error.encode("utf-8", "replace") if error else None)
+                          error.encode("utf-8", "replace") if error else None,
+                          1 if ended else 0)
         if rc:
             raise _err(g, rc)
 
@@ -502,8 +506,8 @@ exit_wait_s = float(os.environ.get("IDEM_EXIT_WAIT_S", "10"))
 
 
 def _give(pp, data):
-    """Hand bytes to C as a malloc'd NUL-terminated string (idem frees it
-    with free())."""
+    """Hand bytes to C as a NUL-terminated string from idem_malloc() (the
+    library frees it)."""
     if data is None:
         return
     p = L.malloc(len(data) + 1)
@@ -631,7 +635,7 @@ class GuardedTool:
         # the caller's contextvars reach the tool on the worker thread
         wc = _WithContext(self, ctx) if len(ctx) else None
         rc = _guard_call(self.guard._gp, _pack_call(
-            id(s) + _OFF, id(i) + _OFF, self._name_addr, id(a) + _OFF,
+            _CALL_SIZE, id(s) + _OFF, id(i) + _OFF, self._name_addr, id(a) + _OFF,
             len(a), 0 if t is None else id(t) + _OFF),
             self._ctool_ref if wc is None else _byref(wc._ctool), ro, None)
         if rc:
