@@ -296,8 +296,8 @@ static int load_policy(const char *path, const char *tool, long long timeout,
     cli_err("out of memory");
     return EXIT_FAIL;
   }
-  rc = idem_policy_parse(text, strlen(text),
-                         path ? path : "the default policy", &p);
+  rc = idem_policy_parse(text, strlen(text), path ? path : "the default policy",
+                         &p);
   free(text);
   if (rc) {
     cli_err("%s with --timeout/--status: %s", path ? path : "the policy",

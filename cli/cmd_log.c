@@ -71,7 +71,9 @@ static void put_num(jsonw *w, const char *k, long long v) {
 
 /* Append the NUL-terminated s as it is (our own text); nonzero when out of
 ** memory. */
-static int put_text(cli_outbuf *b, const char *s) { return cli_outbuf_str(b, s); }
+static int put_text(cli_outbuf *b, const char *s) {
+  return cli_outbuf_str(b, s);
+}
 
 static int print_json(const idem_record *r, idem_canon *c) {
   jsonw w = {{NULL, 0, 0, 0}, c, 1, 0};
@@ -148,7 +150,8 @@ static int ls_row(void *arg, const idem_record *r) {
 }
 
 /* One line of `idem show`: the label, then v shown (cli_text). */
-static int show_line(cli_outbuf *b, const char *label, const char *v, int json) {
+static int show_line(cli_outbuf *b, const char *label, const char *v,
+                     int json) {
   char head[16];
   snprintf(head, sizeof head, "%-14s", label);
   return put_text(b, head) || cli_text(b, v, json) || put_text(b, "\n");
@@ -255,8 +258,10 @@ int cmd_ls(int argc, char **argv) {
     printf("%-20s %-20s %-18s %-12s %3s  %-20s  %s\n", "SESSION", "CALL",
            "TOOL", "STATE", "TRY", "CREATED", "KEY");
   rc = idem_guard_list(g, &f, ls_row, &x);
-  if (rc) cli_err("%s", idem_guard_errmsg(g));
-  else if (x.failed) cli_err("out of memory");
+  if (rc)
+    cli_err("%s", idem_guard_errmsg(g));
+  else if (x.failed)
+    cli_err("out of memory");
   idem_guard_close(g);
   idem_canon_close(x.c);
   if (rc || x.failed) return EXIT_FAIL;
@@ -482,11 +487,10 @@ static int batch_request(cli_outbuf *q, idem_canon *c, const doubt *d,
   return cli_outbuf_str(q, "{\"session\":") ||
          cli_outbuf_json(q, c, d->session) ||
          cli_outbuf_str(q, ",\"call_id\":") ||
-         cli_outbuf_json(q, c, d->call_id) ||
-         cli_outbuf_str(q, ",\"tool\":") || cli_outbuf_json(q, c, d->tool) ||
-         cli_outbuf_str(q, ",\"key\":") || cli_outbuf_json(q, c, key) ||
-         cli_outbuf_str(q, ",\"args\":") || cli_outbuf_put(q, args, args_len) ||
-         cli_outbuf_put(q, "}\n", 2);
+         cli_outbuf_json(q, c, d->call_id) || cli_outbuf_str(q, ",\"tool\":") ||
+         cli_outbuf_json(q, c, d->tool) || cli_outbuf_str(q, ",\"key\":") ||
+         cli_outbuf_json(q, c, key) || cli_outbuf_str(q, ",\"args\":") ||
+         cli_outbuf_put(q, args, args_len) || cli_outbuf_put(q, "}\n", 2);
 }
 
 /* One answer line of the batch protocol: the outcome, and *result (malloc)

@@ -61,7 +61,6 @@ int cli_workers(void) {
   return (int)n;
 }
 
-
 static void add_err(slice *s, size_t line, const char *msg) {
   line_err *e;
   if (s->nerr == s->cap_err) {
@@ -279,7 +278,8 @@ int cli_map_lines(int fd, size_t max, cli_line_fn fn, void **states,
   }
   bt[0].fn = bt[1].fn = fn;
   for (j = 0; j < 2; j++)
-    for (k = 0; k < MAX_CHUNKS; k++) cli_outbuf_init(&bt[j].sl[k].out, SIZE_MAX);
+    for (k = 0; k < MAX_CHUNKS; k++)
+      cli_outbuf_init(&bt[j].sl[k].out, SIZE_MAX);
   memset(&pl, 0, sizeof pl);
   pool_start(&pl, states, nstates);
   {

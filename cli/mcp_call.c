@@ -37,8 +37,8 @@ static void run_job(gcall *c) {
   int rc = IDEM_OK;
   switch (c->job) {
   case J_BEGIN: {
-    idem_call call = {sizeof call, c->session, c->call_id, c->tool,
-                      c->args,    c->args_len, c->turn};
+    idem_call call = {sizeof call, c->session,  c->call_id, c->tool,
+                      c->args,     c->args_len, c->turn};
     rc = idem_guard_begin(c->g, &call, &c->s);
     break;
   }

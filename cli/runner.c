@@ -275,8 +275,9 @@ static void run(const run_args *a, char **argv, const char *input,
     return;
   }
   if ((rc = idem_guard_open(a->log, NULL, &g)) == IDEM_OK)
-    rc = idem_guard_executor_lease(g, a->session, a->call, a->token, a->lease_ms,
-                            (long long)c.pid, a->timeout_ms, NULL);
+    rc =
+        idem_guard_executor_lease(g, a->session, a->call, a->token, a->lease_ms,
+                                  (long long)c.pid, a->timeout_ms, NULL);
   if (rc != IDEM_OK) {
     /* the command never ran: nothing was sent */
     cmd_kill(&c);
@@ -316,8 +317,8 @@ static void run(const run_args *a, char **argv, const char *input,
       kill_at = -1;
     }
     if (now >= next_renew) {
-      if (idem_guard_executor_lease(g, a->session, a->call, a->token, a->lease_ms, 0,
-                             0, NULL) == IDEM_STALE)
+      if (idem_guard_executor_lease(g, a->session, a->call, a->token,
+                                    a->lease_ms, 0, 0, NULL) == IDEM_STALE)
         next_renew = LLONG_MAX; /* someone took it over: stop renewing */
       else
         next_renew = now + a->lease_ms / 3;
@@ -420,8 +421,8 @@ static void run(const run_args *a, char **argv, const char *input,
   /* the front end records what we answer: the lease goes back to it
   ** first, so the action never waits under a runner that is gone */
   if (a->front)
-    idem_guard_executor_lease(g, a->session, a->call, a->token, a->lease_ms, 0, 0,
-                       a->front);
+    idem_guard_executor_lease(g, a->session, a->call, a->token, a->lease_ms, 0,
+                              0, a->front);
   report(a, g, outcome, ended, error, result);
   free(result);
   free(res.out);

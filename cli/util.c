@@ -294,7 +294,8 @@ char *cli_result_json(const char *out, size_t len) {
   size_t clen;
   char *json = NULL;
   if (!out || len == 0) return NULL;
-  if (!cli_utf8_text(out, len)) return bytes_json((const unsigned char *)out, len);
+  if (!cli_utf8_text(out, len))
+    return bytes_json((const unsigned char *)out, len);
   if (idem_canon_open(&c) != IDEM_OK) return NULL;
   idem_canon_limit(c, IDEM_LIMIT_BYTES, CLI_MAX_OUTPUT);
   if (idem_canon_json(c, out, len, &canon, &clen) != IDEM_OK) {

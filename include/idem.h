@@ -303,9 +303,9 @@ IDEM_API int idem_policy_explain(const idem_policy *p, const char *tool,
 /* What the policy says about one tool, defaults filled in (docs/POLICY.md
 ** names each field).  Strings are borrowed from the policy. */
 typedef struct idem_tool_info {
-  size_t size;  /* in: sizeof(idem_tool_info)                          */
-  int named;    /* the policy names the tool (else: unknown_tools)     */
-  int cls;      /* enum idem_class                                     */
+  size_t size; /* in: sizeof(idem_tool_info)                          */
+  int named;   /* the policy names the tool (else: unknown_tools)     */
+  int cls;     /* enum idem_class                                     */
   long long timeout_ms, retries, backoff_ms, reconcile_timeout_ms;
   long long wait_ms;
   long long settle_ms; /* -1: no bound                                 */
@@ -716,8 +716,7 @@ IDEM_API const char *idem_guard_owner(const idem_guard *g);
 IDEM_API int idem_guard_executor_lease(idem_guard *g, const char *session,
                                        const char *call_id, long long token,
                                        long long lease_ms, long long pgid,
-                                       long long timeout_ms,
-                                       const char *owner);
+                                       long long timeout_ms, const char *owner);
 
 /* Is process group pgid of this machine empty of live processes (a zombie
 ** runs nothing)?  The rule the guard applies to a recorded executor's

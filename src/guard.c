@@ -85,7 +85,7 @@ struct idem_guard {
   idem_canon *pool[CANON_POOL];
   int npool;
   workers *workers; /* idem_guard_call's tool threads, made on first use */
-  pthread_mutex_t emu; /* guards errs                                  */
+  pthread_mutex_t emu;   /* guards errs                                  */
   struct err_slot *errs; /* the last failure's words, per thread         */
   int defer_start;  /* a runner hands itself in as each attempt's executor */
   long long pgid;   /* the process group our attempts run in, or 0       */
@@ -622,7 +622,8 @@ static int build_check_args(idem_step *s, const char *args, size_t args_len,
     if (!s->check_args) rc = IDEM_NOMEM;
   }
   idem__buf_free(&out);
-  return rc ? gfail(s->g, rc, "cannot build the status-check arguments") : IDEM_OK;
+  return rc ? gfail(s->g, rc, "cannot build the status-check arguments")
+            : IDEM_OK;
 }
 
 /* ---- reconciliation ------------------------------------------------------- */
@@ -754,8 +755,8 @@ static int decide_existing(idem_step *s, idem_record *r) {
     return to_execute(s, 0);
   default:
     idem_record_free(r);
-    return gfail(s->g, IDEM_CORRUPT, "record %s/%s has an unknown state", s->session,
-                 s->call_id);
+    return gfail(s->g, IDEM_CORRUPT, "record %s/%s has an unknown state",
+                 s->session, s->call_id);
   }
 }
 
@@ -1078,8 +1079,7 @@ static int utf8_ok(const char *s) {
   return !s || idem__utf8_text(s, strlen(s));
 }
 
-int idem_guard_begin(idem_guard *g, const idem_call *call_in,
-                     idem_step **out) {
+int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   idem_step *s;
   idem_key k;
   idem_keyspec spec;
@@ -1094,7 +1094,8 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in,
                  call_in ? call_in->size : 0);
   if (!call->tool || (!call->args && call->args_len)) return IDEM_MISUSE;
   if (!g->st) return gfail(g, IDEM_MISUSE, "the guard has no attempt log");
-  if (!(s = idem__malloc(sizeof *s))) return gfail(g, IDEM_NOMEM, "out of memory");
+  if (!(s = idem__malloc(sizeof *s)))
+    return gfail(g, IDEM_NOMEM, "out of memory");
   memset(s, 0, sizeof *s);
   s->magic = STEP_MAGIC;
   idem__buf_init(&s->env, (size_t)64 << 20);
@@ -1107,8 +1108,9 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in,
       (call->turn && !s->turn))
     return gfail(g, IDEM_NOMEM, "out of memory");
   if (call->turn && !*call->turn)
-    return gfail(g, IDEM_MISUSE, "the turn id is empty: give the model turn's "
-                              "id, or none");
+    return gfail(g, IDEM_MISUSE,
+                 "the turn id is empty: give the model turn's "
+                 "id, or none");
   {
     const char *bad = !utf8_ok(call->session)   ? "session id"
                       : !utf8_ok(call->call_id) ? "call id"
@@ -1240,7 +1242,8 @@ static int still_landing(idem_guard *g, const idem_settlement *v) {
 }
 
 /* Element i of a caller's array of sized structs, stride bytes apart. */
-#define AT(v, i, stride) ((idem_settlement *)(void *)((char *)(v) + (i) * (stride)))
+#define AT(v, i, stride)                                                       \
+  ((idem_settlement *)(void *)((char *)(v) + (i) * (stride)))
 
 int idem_guard_settle_many(idem_guard *g, idem_settlement *given, size_t n) {
   idem__change *chs = NULL;
@@ -1486,11 +1489,11 @@ int idem_guard_set(idem_guard *g, int option, long long value) {
     if (value <= 1) break;
     g->pgid = -value; /* shared by every attempt: recorded negative */
     return IDEM_OK;
-  default:
-    return gfail(g, IDEM_RANGE, "idem_guard_set: no option %d", option);
+  default: return gfail(g, IDEM_RANGE, "idem_guard_set: no option %d", option);
   }
-  return gfail(g, IDEM_RANGE, "idem_guard_set: %lld is not a value of option %d",
-               value, option);
+  return gfail(g, IDEM_RANGE,
+               "idem_guard_set: %lld is not a value of option %d", value,
+               option);
 }
 
 const char *idem_guard_owner(const idem_guard *g) {
@@ -1619,7 +1622,8 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
 
 int idem_step_poll(idem_step *s) {
   if (!step_ok(s)) return IDEM_MISUSE;
-  if (s->phase != PH_WAIT) return gfail(s->g, IDEM_MISUSE, "poll without a WAIT");
+  if (s->phase != PH_WAIT)
+    return gfail(s->g, IDEM_MISUSE, "poll without a WAIT");
   return decide(s);
 }
 
@@ -2165,9 +2169,9 @@ int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
 typedef struct list_ctx {
   idem_record_fn fn;
   void *ctx;
-  long long now;   /* the log's clock, for the recoverable filter */
+  long long now; /* the log's clock, for the recoverable filter */
   int recoverable;
-  size_t left;     /* records still wanted; SIZE_MAX: no limit */
+  size_t left; /* records still wanted; SIZE_MAX: no limit */
 } list_ctx;
 
 static int list_one(const idem_record *r, void *arg) {
@@ -2235,7 +2239,8 @@ int idem_guard_gc(idem_guard *g, size_t *removed) {
   int rc;
   if (removed) *removed = 0;
   if (!g || g->magic != GUARD_MAGIC || !g->st) return IDEM_MISUSE;
-  if ((rc = g->st->vt->now(g->st, &now)) || (rc = g->st->vt->gc(g->st, now, &n)))
+  if ((rc = g->st->vt->now(g->st, &now)) ||
+      (rc = g->st->vt->gc(g->st, now, &n)))
     return store_fail(g, rc);
   if (removed) *removed = n;
   return IDEM_OK;

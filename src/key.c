@@ -193,8 +193,7 @@ static int call_in(idem_canon *c, const idem_call *call, idem_call *cur) {
   return IDEM_OK;
 }
 
-static int spec_in(idem_canon *c, const idem_keyspec *spec,
-                   idem_keyspec *cur) {
+static int spec_in(idem_canon *c, const idem_keyspec *spec, idem_keyspec *cur) {
   if (!spec) { /* the defaults */
     memset(cur, 0, sizeof *cur);
     return IDEM_OK;
@@ -218,7 +217,8 @@ int idem_key_mint(idem_canon *c, const idem_call *call_in_,
   int rc;
   if (out) memset(out, 0, sizeof *out);
   if (!c || c->magic != IDEM__CANON_MAGIC || !out) return IDEM_MISUSE;
-  if ((rc = call_in(c, call_in_, &cur)) || (rc = spec_in(c, spec_in_, &spec_cur)))
+  if ((rc = call_in(c, call_in_, &cur)) ||
+      (rc = spec_in(c, spec_in_, &spec_cur)))
     return rc;
   if (!call->args && call->args_len) return IDEM_MISUSE;
   if ((rc = spec_check(c, spec, &max_len))) return rc;

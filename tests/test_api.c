@@ -75,8 +75,8 @@ static char *lib_dup(const char *s) {
   return p;
 }
 
-static int refund_run(void *ctx, const char *key, const char *args,
-                      size_t len, char **result, char **error) {
+static int refund_run(void *ctx, const char *key, const char *args, size_t len,
+                      char **result, char **error) {
   (void)ctx;
   (void)key;
   (void)args;
@@ -87,8 +87,8 @@ static int refund_run(void *ctx, const char *key, const char *args,
   return IDEM_OUTCOME_APPLIED;
 }
 
-static int failing_run(void *ctx, const char *key, const char *args,
-                       size_t len, char **result, char **error) {
+static int failing_run(void *ctx, const char *key, const char *args, size_t len,
+                       char **result, char **error) {
   (void)ctx;
   (void)key;
   (void)args;
@@ -101,8 +101,11 @@ static int failing_run(void *ctx, const char *key, const char *args,
 static void test_memory_rule(void) {
   char url[512];
   idem_guard *g = NULL;
-  idem_call c = {.size = sizeof c, .session = "mem", .call_id = "c1",
-                 .tool = "refund_payment", .args = ARGS};
+  idem_call c = {.size = sizeof c,
+                 .session = "mem",
+                 .call_id = "c1",
+                 .tool = "refund_payment",
+                 .args = ARGS};
   idem_tool t = {.size = sizeof t, .run = refund_run};
   idem_tool bad = {.size = sizeof bad, .run = failing_run};
   char *env = NULL;
@@ -142,7 +145,9 @@ static void test_abi(void) {
   idem_canon *cn = NULL;
   idem_step *s = NULL;
   idem_key k;
-  idem_call c = {.session = "abi", .call_id = "c1", .tool = "refund_payment",
+  idem_call c = {.session = "abi",
+                 .call_id = "c1",
+                 .tool = "refund_payment",
                  .args = ARGS}; /* size left 0 */
   later_call lc;
   idem_tool_info info;
@@ -261,13 +266,15 @@ static int stop_at_one(void *ctx, const idem_record *r) {
 
 static void test_log_api(void) {
   char url[512];
-  const char *policy_text =
-      "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\",\"timeout_ms\":200,"
-      "\"retries\":0,\"retention_s\":1}}}";
+  const char *policy_text = "{\"tools\":{\"refund_payment\":{\"class\":"
+                            "\"guarded\",\"timeout_ms\":200,"
+                            "\"retries\":0,\"retention_s\":1}}}";
   idem_policy *p = NULL;
   idem_guard *g = NULL;
   idem_step *s = NULL;
-  idem_call c = {.size = sizeof c, .session = "log", .tool = "refund_payment",
+  idem_call c = {.size = sizeof c,
+                 .session = "log",
+                 .tool = "refund_payment",
                  .args = ARGS};
   idem_filter f = {.size = sizeof f};
   idem_record *r = NULL;
@@ -413,8 +420,11 @@ static void test_options_and_lease(void) {
   idem_guard *g = NULL, *runner = NULL;
   idem_step *s = NULL;
   idem_record *r = NULL;
-  idem_call c = {.size = sizeof c, .session = "exe", .call_id = "c1",
-                 .tool = "refund_payment", .args = ARGS};
+  idem_call c = {.size = sizeof c,
+                 .session = "exe",
+                 .call_id = "c1",
+                 .tool = "refund_payment",
+                 .args = ARGS};
   c.args_len = strlen(ARGS);
   log_url(url, sizeof url, "executor");
   CHECK_INT(idem_guard_open(url, NULL, &g), IDEM_OK);
@@ -430,8 +440,8 @@ static void test_options_and_lease(void) {
   idem_record_free(r);
   CHECK_INT(idem_guard_open(idem_guard_log(g), NULL, &runner), IDEM_OK);
   CHECK_INT(idem_guard_executor_lease(runner, "exe", "c1",
-                                      idem_step_token(s) + 1, 60000, 4242,
-                                      1000, NULL),
+                                      idem_step_token(s) + 1, 60000, 4242, 1000,
+                                      NULL),
             IDEM_STALE); /* a stale token starts nothing */
   CHECK_INT(idem_guard_executor_lease(runner, "exe", "c1", idem_step_token(s),
                                       60000, 4242, 1000, NULL),
@@ -469,9 +479,9 @@ static void test_text(void) {
   idem_canon_close(c);
   CHECK_INT(idem_utf8_char("a", 1), 1);
   CHECK_INT(idem_utf8_char("\xc3\xa9", 2), 2);
-  CHECK_INT(idem_utf8_char("\xc3", 1), 0);          /* cut short */
-  CHECK_INT(idem_utf8_char("\xc0\xaf", 2), 0);      /* overlong */
-  CHECK_INT(idem_utf8_char("\xed\xa0\x80", 3), 0);  /* a surrogate */
+  CHECK_INT(idem_utf8_char("\xc3", 1), 0);         /* cut short */
+  CHECK_INT(idem_utf8_char("\xc0\xaf", 2), 0);     /* overlong */
+  CHECK_INT(idem_utf8_char("\xed\xa0\x80", 3), 0); /* a surrogate */
   CHECK_INT(idem_utf8_char("\xf0\x9f\x98\x80", 4), 4);
   CHECK_INT(idem_utf8_char("\xf4\x90\x80\x80", 4), 0); /* past U+10FFFF */
 }

@@ -320,8 +320,12 @@ static void test_keys(void) {
   idem_canon *c = open_canon();
   idem_key k;
   idem_keyspec spec = {sizeof spec, NULL, 0};
-  idem_call call = {sizeof call, "sess_1", "toolu_7", "refund_payment",
-                    "{\"order_id\":\"ord_1\",\"amount_cents\":6000}", 0,
+  idem_call call = {sizeof call,
+                    "sess_1",
+                    "toolu_7",
+                    "refund_payment",
+                    "{\"order_id\":\"ord_1\",\"amount_cents\":6000}",
+                    0,
                     NULL};
   char long_id[300];
   call.args_len = strlen(call.args);

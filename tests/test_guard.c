@@ -430,8 +430,8 @@ typedef struct racer {
 
 static void *race_main(void *arg) {
   racer *r = arg;
-  idem_call c = {sizeof c, "sess_r", r->call_id, "refund_payment", ARGS, strlen(ARGS),
-                 r->turn};
+  idem_call c = {sizeof c, "sess_r",     r->call_id, "refund_payment",
+                 ARGS,     strlen(ARGS), r->turn};
   idem_tool t = {sizeof t, refund_run, refund_check, NULL};
   size_t len;
   idem_guard_call(r->g, &c, &t, &r->env, &len);
@@ -514,7 +514,8 @@ static void test_bad_log(void) {
 static void test_two_phase(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {sizeof c, "sess_5", "toolu_1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, "sess_5",     "toolu_1", "refund_payment",
+                 ARGS,     strlen(ARGS), NULL};
   idem_step *s = NULL;
   size_t len;
   const char *a;
@@ -568,7 +569,8 @@ static void test_retry_after_doubt(void) {
       "\"arguments\":{\"order_id\":\"{order_id}\"}}},"
       "\"get_refund_status\":{\"class\":\"read_only\"}}}");
   idem_guard *g = open_guard(p);
-  idem_call c = {sizeof c, "sess_6", "toolu_1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, "sess_6",     "toolu_1", "refund_payment",
+                 ARGS,     strlen(ARGS), NULL};
   idem_step *s = NULL;
   const char *yes =
       "{\"data\":[{\"key\":\"sess_6:toolu_1:a280fb850f483293\"}]}";
@@ -900,7 +902,8 @@ static long long left_unknown(idem_guard *g, idem_call *c, int ended) {
 static void test_two_phase_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {sizeof c, "tp1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, "tp1",        "c1", "refund_payment",
+                 ARGS,     strlen(ARGS), NULL};
   idem_step *s;
   idem_record *r;
   const char *env;
@@ -1006,8 +1009,10 @@ static void test_two_phase_inflight(void) {
 static void late_word_case(const char *sess, int outcome) {
   idem_policy *p = late_policy(100, 2, 0, 0, 1);
   idem_guard *g = open_guard(p);
-  idem_call c = {sizeof c, sess, "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
-  idem_call c2 = {sizeof c2, sess, "c2", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, sess,         "c1", "refund_payment",
+                 ARGS,     strlen(ARGS), NULL};
+  idem_call c2 = {sizeof c2, sess,         "c2", "refund_payment",
+                  ARGS,      strlen(ARGS), NULL};
   idem_step *s = timed_out(g, &c, 0), *s2 = NULL;
   idem_record *r;
   long long token = idem_step_token(s);
@@ -1062,7 +1067,8 @@ static void test_late_word_of_an_older_attempt(void) {
 static void test_recover_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c = {sizeof c, "rc1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c = {sizeof c, "rc1",        "c1", "refund_payment",
+                 ARGS,     strlen(ARGS), NULL};
   idem_settlement v[2];
   idem_step *s = NULL;
   idem_record *r;
@@ -1157,8 +1163,10 @@ static void test_recover_inflight(void) {
 static void test_fence_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
-  idem_call c1 = {sizeof c1, "fe1", "c1", "refund_payment", ARGS, strlen(ARGS), NULL};
-  idem_call c2 = {sizeof c2, "fe1", "c2", "refund_payment", ARGS, strlen(ARGS), NULL};
+  idem_call c1 = {sizeof c1, "fe1",        "c1", "refund_payment",
+                  ARGS,      strlen(ARGS), NULL};
+  idem_call c2 = {sizeof c2, "fe1",        "c2", "refund_payment",
+                  ARGS,      strlen(ARGS), NULL};
   idem_step *s = NULL;
   idem_record *r;
   const char *env;

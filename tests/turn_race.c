@@ -63,7 +63,8 @@ static void fail(const char *what, const char *detail, int run) {
 /* One call; its envelope (free()) or NULL. */
 static char *one(idem_guard *g, const char *session, const char *call_id,
                  const char *turn) {
-  idem_call c = {sizeof c, session, call_id, "refund_payment", ARGS, strlen(ARGS), turn};
+  idem_call c = {sizeof c, session,      call_id, "refund_payment",
+                 ARGS,     strlen(ARGS), turn};
   idem_tool t = {sizeof t, refund, NULL, NULL};
   char *env = NULL, *copy;
   size_t len;

@@ -60,7 +60,8 @@ static int one(worker *w, const char *call_id, int i) {
   idem_tool tool = {sizeof tool, refund, NULL, NULL};
   char args[96], *env = NULL;
   size_t len = 0;
-  idem_call c = {.size = sizeof c}; /* every field, the ones a later version adds too */
+  idem_call c = {
+      .size = sizeof c}; /* every field, the ones a later version adds too */
   int rc;
   snprintf(args, sizeof args, "{\"order_id\":\"o_%d\",\"amount_cents\":6000}",
            i);

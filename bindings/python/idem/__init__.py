@@ -41,7 +41,7 @@ __all__ = [
     "current_key",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 library_path = _lib.path
 
 APPLIED = Outcome.APPLIED
