@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "idem.h"
-#include "idemInt.h" /* idem__canon_simd */
+#include "canon.h" /* idem__canon_simd */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

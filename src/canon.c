@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "idemInt.h"
+#include "canon.h"
 
 /* Word-at-a-time tricks (eight bytes in a uint64_t, GCC's bit builtins)
 ** where the byte order is known to be little-endian; plain loops elsewhere. */
@@ -1363,7 +1363,7 @@ int idem_canon_open(idem_canon **out) {
 void idem_canon_close(idem_canon *c) {
   if (!c || c->magic != IDEM__CANON_MAGIC) return;
   c->magic = IDEM__MAGIC_DEAD;
-  idem__key_free(c);
+  if (c->state_free) c->state_free(c);
   idem__buf_free(&c->out);
   idem__buf_free(&c->tmp);
   idem__buf_free(&c->aux);

@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "idemInt.h"
+#include "canon.h"
 
 static const char *const answer_names[] = {
     NULL,       "succeeded",   "failed",  "outcome_unknown",  "already_applied",

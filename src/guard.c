@@ -57,7 +57,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "idemInt.h"
+#include "canon.h"
 
 #define GUARD_MAGIC 0x1de36a2du
 #define STEP_MAGIC 0x1de35e9au
@@ -195,11 +195,7 @@ const char *idem_guard_errmsg(const idem_guard *g) {
 
 static long long now_ms(idem_step *s) {
   long long t = 0;
-  if (s->g->st->vt->now(s->g->st, &t) != IDEM_OK) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    t = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-  }
+  if (s->g->st->vt->now(s->g->st, &t) != IDEM_OK) t = idem__wall_ms();
   return t;
 }
 
@@ -974,15 +970,6 @@ const char *idem__default_log(char *buf, size_t n) {
     snprintf(buf, n, "sqlite:%s/.local/state/idem/attempts.db",
              home && *home ? home : ".");
   return buf;
-}
-
-void idem__sleep_ms(long long ms) {
-  struct timespec ts;
-  if (ms <= 0) return;
-  ts.tv_sec = (time_t)(ms / 1000);
-  ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-    ;
 }
 
 int idem_guard_open(const char *log_url, const idem_policy *policy,
@@ -1847,8 +1834,7 @@ static void *worker_main(void *arg) {
     if (w->n == 0 && !w->closing) {
       struct timespec until;
       int rc = 0;
-      clock_gettime(CLOCK_MONOTONIC, &until);
-      until.tv_sec += WORKER_IDLE_S;
+      idem__mono_after(WORKER_IDLE_S * 1000LL, &until);
       w->idle++;
       while (w->n == 0 && !w->closing && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
@@ -1977,13 +1963,7 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
     job_unref(j);
     return gfail(s->g, IDEM_ERROR, "cannot start a worker thread");
   }
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += (time_t)(deadline_ms / 1000);
-  until.tv_nsec += (long)(deadline_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  idem__mono_after(deadline_ms, &until);
   pthread_mutex_lock(&j->mu);
   while (!j->done && rc != ETIMEDOUT)
     rc = pthread_cond_timedwait(&j->cv, &j->mu, &until);

@@ -19,7 +19,7 @@
 
 #include <openssl/evp.h>
 
-#include "idemInt.h"
+#include "canon.h"
 
 static const char HEX_LOWER[] = "0123456789abcdef";
 static const char HEX_UPPER[] = "0123456789ABCDEF";
@@ -69,6 +69,14 @@ static int append_pct(idem__buf *b, const char *id) {
   return IDEM_OK;
 }
 
+/* The workspace's state_free: the digest state this module keeps on it. */
+static void digest_free(idem_canon *c) {
+  EVP_MD_CTX_free(c->mdctx);
+  EVP_MD_free(c->md);
+  c->mdctx = NULL;
+  c->md = NULL;
+}
+
 /*
 ** SHA-256 through a digest fetched once per handle and a reused context:
 ** OpenSSL 3's one-shot SHA256() fetches the algorithm on every call, under
@@ -78,6 +86,7 @@ static int sha256(idem_canon *c, const void *p, size_t n,
                   unsigned char out[32]) {
   unsigned int len = 0;
   if (!c->md) {
+    c->state_free = digest_free;
     c->md = EVP_MD_fetch(NULL, "SHA256", NULL);
     c->mdctx = EVP_MD_CTX_new();
     if (!c->md || !c->mdctx) goto fail;
@@ -98,13 +107,6 @@ int idem__sha256_hex(idem_canon *c, const void *p, size_t n, char out[65]) {
   to_hex(d, 32, out);
   out[64] = '\0';
   return IDEM_OK;
-}
-
-void idem__key_free(idem_canon *c) {
-  EVP_MD_CTX_free(c->mdctx);
-  EVP_MD_free(c->md);
-  c->mdctx = NULL;
-  c->md = NULL;
 }
 
 static int fail_nomem(idem_canon *c, int rc) {

@@ -8,7 +8,7 @@
 
 #include "check.h"
 #include "idem.h"
-#include "idemInt.h" /* idem__canon_simd */
+#include "canon.h" /* idem__canon_simd */
 
 static idem_canon *open_canon(void) {
   idem_canon *c = NULL;

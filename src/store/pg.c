@@ -448,12 +448,6 @@ static const idem__store_vt pg_vt;
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static long long mono_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* Replace every copy of the password in msg by "***". */
 static void scrub(const pg_store *s, char *msg, size_t n) {
   size_t plen, tail;
@@ -819,14 +813,14 @@ static int exec_fixed(pg_store *s, conn *c, const char *sql, const char *what,
 ** connect_timeout holds only for its blocking connect). */
 static void connect_wait(PGconn *db, long long ms) {
   PostgresPollingStatusType st = PGRES_POLLING_WRITING;
-  long long deadline = mono_ms() + ms, left;
+  long long deadline = idem__mono_ms() + ms, left;
   struct pollfd p;
   while (PQstatus(db) != CONNECTION_BAD && st != PGRES_POLLING_OK &&
          st != PGRES_POLLING_FAILED) {
     p.fd = PQsocket(db);
     p.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
     p.revents = 0;
-    if ((left = deadline - mono_ms()) <= 0) return; /* still not OK */
+    if ((left = deadline - idem__mono_ms()) <= 0) return; /* still not OK */
     if (poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 && errno != EINTR)
       return;
     st = PQconnectPoll(db);
@@ -975,7 +969,7 @@ static void conn_put(pg_store *s, conn *c) {
 typedef int (*request_fn)(pg_store *s, conn *c, void *arg, int *again);
 
 static int run(pg_store *s, request_fn fn, void *arg) {
-  long long deadline = mono_ms() + RETRY_MS;
+  long long deadline = idem__mono_ms() + RETRY_MS;
   long wait = 10;
   int rc, again, tries = 0;
   conn *c;
@@ -990,7 +984,7 @@ static int run(pg_store *s, request_fn fn, void *arg) {
     }
     tries++;
     if (rc == IDEM_OK || !again) return rc;
-    if (mono_ms() + wait > deadline) {
+    if (idem__mono_ms() + wait > deadline) {
       char was[MSG_MAX];
       snprintf(was, sizeof was, "%s", tls_msg);
       return msg_set(s, IDEM_STORE,
@@ -1188,7 +1182,7 @@ int idem__pg_open(const char *url, idem__store **out) {
   s->locks_ready = 1;
   /* The first connection, and the schema; a server that is starting is
   ** waited for as a lost connection is. */
-  deadline = mono_ms() + RETRY_MS;
+  deadline = idem__mono_ms() + RETRY_MS;
   for (;;) {
     int again = 0;
     rc = conn_open(s, &c, &retry, 0);
@@ -1201,7 +1195,7 @@ int idem__pg_open(const char *url, idem__store **out) {
     }
     /* (a server that is not there at all fails at once: a typo in the
     ** URL should not make the user wait) */
-    if (rc == IDEM_OK || retry != 2 || mono_ms() + wait > deadline) break;
+    if (rc == IDEM_OK || retry != 2 || idem__mono_ms() + wait > deadline) break;
     conn_free(c);
     c = NULL;
     idem__sleep_ms(wait);
@@ -1247,7 +1241,7 @@ static int pg_now(idem__store *st, long long *ms) {
   int rc;
   CHECK_STORE(s, st);
   if (!ms) return IDEM_MISUSE;
-  t0 = mono_ms();
+  t0 = idem__mono_ms();
   pthread_mutex_lock(&s->clock_mu);
   if (s->mono_at && t0 - s->mono_at < CLOCK_MS) {
     *ms = s->server_ms + (t0 - s->mono_at);
@@ -1258,7 +1252,7 @@ static int pg_now(idem__store *st, long long *ms) {
   rc = run(s, now_fn, &q);
   *ms = q.ms;
   if (rc != IDEM_OK) return rc;
-  t1 = mono_ms();
+  t1 = idem__mono_ms();
   pthread_mutex_lock(&s->clock_mu);
   /* the reading was taken somewhere in [t0, t1]: credit it to the middle */
   s->server_ms = q.ms;

@@ -404,25 +404,6 @@ static const idem__store_vt sqlite_vt;
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static long long wall_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_REALTIME, &t);
-  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static long long mono_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec t;
-  t.tv_sec = ms / 1000;
-  t.tv_nsec = (long)(ms % 1000) * 1000000L;
-  nanosleep(&t, NULL);
-}
-
 static int map_rc(int rc) {
   switch (rc & 0xff) {
   case SQLITE_BUSY:
@@ -778,7 +759,7 @@ static void w_insert_row(sq_store *s, wreq *r, int state, long long token,
 
 static void w_begin(sq_store *s, wreq *r) {
   const idem_record *rec = r->rec;
-  long long now = wall_ms(), cutoff;
+  long long now = idem__wall_ms(), cutoff;
   sqlite3_stmt *st = NULL;
   int rc, found = w_lookup(s, r, rec->session, rec->call_id);
   if (found) {
@@ -813,7 +794,7 @@ static void w_insert(sq_store *s, wreq *r) {
     return;
   }
   w_insert_row(s, r, r->rec->state, r->rec->token,
-               r->rec->updated ? r->rec->updated : wall_ms());
+               r->rec->updated ? r->rec->updated : idem__wall_ms());
   if (r->rc == IDEM_OK) r->what = IDEM__BEGIN_INSERTED;
 }
 
@@ -836,7 +817,7 @@ static void w_change(sq_store *s, wreq *r) {
   bind_str(st, 11, ch->error);
   sqlite3_bind_int(st, 12, ch->resolution);
   sqlite3_bind_int64(st, 13, ch->delivered < 0 ? -1 : ch->delivered);
-  sqlite3_bind_int64(st, 14, wall_ms());
+  sqlite3_bind_int64(st, 14, idem__wall_ms());
   sqlite3_bind_int(st, 15, ch->exec_set);
   bind_str(st, 16, ch->executor);
   sqlite3_bind_int64(st, 17, ch->pgid);
@@ -919,8 +900,8 @@ static int w_busy_loop(sq_store *s, int id, long long deadline) {
   int rc;
   for (;;) {
     rc = run(st);
-    if (!is_busy(rc) || mono_ms() >= deadline) return rc;
-    sleep_ms(1);
+    if (!is_busy(rc) || idem__mono_ms() >= deadline) return rc;
+    idem__sleep_ms(1);
   }
 }
 
@@ -946,7 +927,7 @@ static void run_batch(sq_store *s, wreq *batch) {
     fail_all(batch, code, msg);
     return;
   }
-  deadline = mono_ms() + s->w.busy_ms;
+  deadline = idem__mono_ms() + s->w.busy_ms;
   if ((rc = w_busy_loop(s, S_BEGIN, deadline)) != SQLITE_OK) {
     code = sql_msg(s, s->w.db, rc, "beginning a write transaction", msg,
                    sizeof msg);
@@ -1412,7 +1393,7 @@ static int setup(sq_store *s, char *msg, size_t n) {
   ** makes our switch BUSY (and no busy handler runs for it); the next
   ** attempt reads the header again and finds WAL mode already. */
   rc = sqlite3_prepare_v2(s->w.db, "PRAGMA journal_mode = WAL", -1, &st, NULL);
-  deadline = mono_ms() + s->w.busy_ms;
+  deadline = idem__mono_ms() + s->w.busy_ms;
   while (rc == SQLITE_OK) {
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
@@ -1422,8 +1403,8 @@ static int setup(sq_store *s, char *msg, size_t n) {
       break;
     }
     sqlite3_reset(st);
-    if (!is_busy(rc) || mono_ms() >= deadline) break;
-    sleep_ms(1);
+    if (!is_busy(rc) || idem__mono_ms() >= deadline) break;
+    idem__sleep_ms(1);
     rc = SQLITE_OK;
   }
   if (rc != SQLITE_OK) {
@@ -1585,7 +1566,7 @@ static int sq_now(idem__store *st, long long *ms) {
   CHECK_STORE(s, st);
   (void)s;
   if (!ms) return IDEM_MISUSE;
-  *ms = wall_ms();
+  *ms = idem__wall_ms();
   return IDEM_OK;
 }
 
@@ -1729,8 +1710,8 @@ static int sq_fence(idem__store *st, const idem_record *rec,
     msg_set(s, rc, "%s", msg);
     goto done;
   }
-  bind_fence(q, rec, window > 0 ? wall_ms() - window : LLONG_MAX, coalesce,
-             wall_ms());
+  bind_fence(q, rec, window > 0 ? idem__wall_ms() - window : LLONG_MAX,
+             coalesce, idem__wall_ms());
   switch (step = sqlite3_step(q)) {
   case SQLITE_ROW:
     if (!(*out = row_record(q)))
