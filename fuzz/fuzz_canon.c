@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "idem.h"
 #include "canon.h" /* idem__canon_simd */
+#include "idem.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

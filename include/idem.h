@@ -93,7 +93,7 @@ typedef enum idem_status {
 } idem_status;
 
 /* A sentence describing status code rc ("unknown status" for others).
-** Static storage. */
+** Static storage; these name functions are pure and thread-safe. */
 IDEM_API const char *idem_strerror(int rc);
 
 /* The short machine name of rc ("duplicate", "too_big", ...), as used in
@@ -131,6 +131,10 @@ IDEM_API void idem_free(void *p);
 ** An idem_canon is a reusable workspace: it owns the output and scratch
 ** buffers, the limits, and the message of the last failure.  Reusing one
 ** handle for many texts avoids allocation after the first few.
+**
+** Threads: a workspace belongs to one thread at a time (use one per
+** thread); distinct workspaces are independent.  What a call lends (*out,
+** the key's pointers, the message) is the workspace's until its next call.
 */
 typedef struct idem_canon idem_canon;
 
@@ -264,6 +268,10 @@ IDEM_API int idem_key_mint_json(idem_canon *c, const char *text, size_t len,
 /* ---------------------------------------------------------------------------
 ** Policy (SPEC §8): which tools are guarded, and how.  The file format and
 ** every field are documented in docs/POLICY.md.
+**
+** Threads: a policy is read-only once loaded: share it between threads and
+** guards freely.  A guard borrows it, so free it after the guards that use
+** it are closed.  Its strings (idem_tool_info) are borrowed from it.
 */
 typedef struct idem_policy idem_policy;
 
@@ -358,7 +366,11 @@ IDEM_API const char *idem_state_name(int state);
 IDEM_API const char *idem_resolution_name(int resolution);
 
 /* One record.  Strings are NUL-terminated and owned by the record; optional
-** ones are NULL when absent.  Times are milliseconds since the Unix epoch. */
+** ones are NULL when absent.  Times are milliseconds since the Unix epoch.
+** The library makes records (idem_guard_record) and lends them
+** (idem_guard_list's callback); a record made for you is yours: free it
+** with idem_record_free().  Fields may be appended in a later version (the
+** library allocates records, so a caller's sizeof never matters). */
 typedef struct idem_record {
   char *session, *call_id, *tool;
   char *fingerprint;     /* 64 hex                                     */
@@ -390,7 +402,7 @@ typedef struct idem_record {
   char *turn;            /* the model turn of the call, or NULL           */
 } idem_record;
 
-/* Free a record from the library.  NULL is a no-op. */
+/* Free a record the library made for you.  NULL is a no-op. */
 IDEM_API void idem_record_free(idem_record *r);
 
 /* ---------------------------------------------------------------------------

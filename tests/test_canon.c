@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "canon.h" /* idem__canon_simd */
 #include "check.h"
 #include "idem.h"
-#include "canon.h" /* idem__canon_simd */
 
 static idem_canon *open_canon(void) {
   idem_canon *c = NULL;
