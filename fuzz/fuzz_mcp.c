@@ -1,6 +1,6 @@
 /*
 ** fuzz_mcp.c - libFuzzer target for the MCP gateway's message handling
-** (cli/jsonrpc.c): the line splitter, the JSON-RPC classifier, the raw
+** (cli/mcp/jsonrpc.c): the line splitter, the JSON-RPC classifier, the raw
 ** scanner and the id and _meta splices.
 **
 ** The input is a byte stream, fed in chunks whose sizes come from the
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cli/mcp.h"
+#include "../cli/mcp/mcp.h"
 #include "../src/idemInt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "idem.h"
 #include "mcp.h"
 
 /* ---- buffers ------------------------------------------------------------------ */

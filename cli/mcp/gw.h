@@ -1,8 +1,10 @@
 /*
-** mcp_gw.h - what the two halves of `idem mcp` share: cmd_mcp.c (the
-** loop, the two peers, ids and the child process) and mcp_call.c (guarded
-** calls: their steps through the guard, the worker threads, the answers).
-** See cmd_mcp.c for the design.
+** gw.h - the inside of `idem mcp`, one way round: gateway.c (the loop,
+** ids, the child process) uses call.c (guarded calls: their steps through
+** the guard, the worker threads, the answers) and peers.c (output queues,
+** pending requests, the server's state, tool classes); call.c uses
+** peers.c; peers.c uses neither.  jsonrpc.c (mcp.h) is the message layer
+** under all three.  See gateway.c for the design.
 */
 #ifndef IDEM_MCP_GW_H
 #define IDEM_MCP_GW_H
@@ -104,7 +106,7 @@ struct gw {
   int wake[2], sig[2];
 };
 
-/* ---- cmd_mcp.c: the loop's services -------------------------------------- */
+/* ---- peers.c: the loop's services, for gateway.c and call.c ------------- */
 
 /* Milliseconds of the monotonic clock. */
 long long gw_mono_ms(void);
@@ -127,6 +129,7 @@ void gw_client_error(gw *w, const char *id, size_t idlen, int code,
 /* A request to the server under a new id of the gateway's; by its id. */
 pend *gw_pend_add(gw *w, int kind);
 pend *gw_pend_find(gw *w, long long gid);
+void gw_pend_remove(gw *w, pend *p);
 /* The server's stdout or stdin is closed: nothing more can be sent; and
 ** why, in words ("the server closed its output"). */
 int gw_server_gone(gw *w);
@@ -136,7 +139,7 @@ void gw_forward_request(gw *w, const char *line, size_t len, const mcp_msg *m);
 /* A tool's class: the policy's, else its annotations', else unknown_tools. */
 int gw_tool_class(gw *w, const char *tool);
 
-/* ---- mcp_call.c: guarded calls --------------------------------------------- */
+/* ---- call.c: guarded calls, for gateway.c ---------------------------------- */
 
 /* The worker threads' body, and handing a call's next job to them. */
 void *gw_worker(void *arg);

@@ -1,9 +1,9 @@
 /*
-** mcp_call.c - guarded tools/call in `idem mcp` (SPEC §10): each call walks
+** call.c - guarded tools/call in `idem mcp` (SPEC §10): each call walks
 ** the guard's two-phase API (include/idem.h).  While other guarded calls
 ** are in flight, every step that touches the attempt log runs as a job on
 ** a worker thread; a lone call's steps run on the loop itself (step()).
-** Either way the loop (cmd_mcp.c) then asks the step what next: EXECUTE
+** Either way the loop (gateway.c) then asks the step what next: EXECUTE
 ** sends the call to the server and arms its deadline, CHECK calls the
 ** status tool (or runs the status command on a worker), WAIT arms a timer,
 ** ANSWER writes the client's tool result and marks it delivered.  One call
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "mcp_gw.h"
+#include "gw.h"
 
 void gw_gcall_free(gcall *c) {
   if (!c) return;

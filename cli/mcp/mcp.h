@@ -1,6 +1,7 @@
 /*
 ** mcp.h - the MCP gateway's message handling (jsonrpc.c), shared by
-** `idem mcp` (cmd_mcp.c) and its fuzz target (fuzz/fuzz_mcp.c).
+** `idem mcp` (gateway.c, call.c, peers.c) and its fuzz target
+** (fuzz/fuzz_mcp.c).
 **
 ** Messages are lines of JSON-RPC 2.0 (MCP's stdio transport).  A line is
 ** parsed with jansson to learn what it is, but it is forwarded as the bytes
