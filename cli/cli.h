@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "buf.h"
 #include "idem.h"
 
 /* Exit codes (SPEC §9). */
@@ -60,22 +61,6 @@ int cli_read_all(const char *path, size_t max, char **out, size_t *len,
 
 /* ---- lines.c: --lines modes on every core -------------------------------- */
 
-/* A growable output buffer, up to cap bytes (SIZE_MAX: no cap). */
-typedef struct cli_outbuf {
-  char *p;      /* the bytes (NULL until the first growth) */
-  size_t len;   /* bytes in use                            */
-  size_t alloc; /* bytes allocated                         */
-  size_t cap;   /* the most it may ever allocate           */
-} cli_outbuf;
-
-void cli_outbuf_init(cli_outbuf *o, size_t cap);
-void cli_outbuf_free(cli_outbuf *o);
-/* Make room for more bytes past len; nonzero when memory ran out or the
-** cap forbids (the contents are kept). */
-int cli_outbuf_reserve(cli_outbuf *o, size_t more);
-/* Append n bytes at p / the string s; nonzero as for reserve. */
-int cli_outbuf_put(cli_outbuf *o, const void *p, size_t n);
-int cli_outbuf_str(cli_outbuf *o, const char *s);
 /* Append the JSON string of the UTF-8 text s (NULL: null), canonical, made
 ** with c; nonzero when s is not UTF-8 or memory ran out. */
 int cli_outbuf_json(cli_outbuf *o, idem_canon *c, const char *s);

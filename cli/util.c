@@ -136,44 +136,7 @@ static int hidden_cp(unsigned long c) {
          (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069);
 }
 
-/* ---- output buffers ---------------------------------------------------------- */
-
-void cli_outbuf_init(cli_outbuf *o, size_t cap) {
-  o->p = NULL;
-  o->len = o->alloc = 0;
-  o->cap = cap;
-}
-
-void cli_outbuf_free(cli_outbuf *o) {
-  free(o->p);
-  cli_outbuf_init(o, o->cap);
-}
-
-int cli_outbuf_reserve(cli_outbuf *o, size_t more) {
-  size_t want, a;
-  char *p;
-  if (o->alloc - o->len >= more) return 0;
-  if (more > o->cap - o->len) return -1;
-  want = o->len + more;
-  a = o->alloc ? o->alloc : 256;
-  while (a < want) a = a > SIZE_MAX / 2 ? SIZE_MAX : a * 2;
-  if (a > o->cap) a = o->cap;
-  if (!(p = realloc(o->p, a))) return -1;
-  o->p = p;
-  o->alloc = a;
-  return 0;
-}
-
-int cli_outbuf_put(cli_outbuf *o, const void *p, size_t n) {
-  if (cli_outbuf_reserve(o, n)) return -1;
-  if (n) memcpy(o->p + o->len, p, n);
-  o->len += n;
-  return 0;
-}
-
-int cli_outbuf_str(cli_outbuf *o, const char *s) {
-  return cli_outbuf_put(o, s, strlen(s));
-}
+/* ---- output buffers (buf.c has the buffer itself) ------------------------------ */
 
 int cli_outbuf_json(cli_outbuf *o, idem_canon *c, const char *s) {
   const char *q;

@@ -54,13 +54,13 @@ static void check_line(void *ctx, const char *line, size_t len, int oversized) {
   mcp_msg m;
   char err[300];
   size_t vs, ve;
-  mcp_buf out;
+  cli_outbuf out;
   (void)ctx;
   if (len > (oversized ? (size_t)MCP_PREFIX : (size_t)LIMIT)) abort();
   if (!oversized && memchr(line, '\n', len)) abort();
   if (mcp_prefix_id(line, len, &vs, &ve) && (vs > ve || ve > len)) abort();
   if (oversized) return;
-  mcp_buf_init(&out, (size_t)1 << 20);
+  cli_outbuf_init(&out, (size_t)1 << 20);
   if (mcp_msg_parse(line, len, &m, err, sizeof err) == 0) {
     if (m.id_e) {
       json_t *v;
@@ -97,7 +97,7 @@ static void check_line(void *ctx, const char *line, size_t len, int oversized) {
       abort();
     mcp_msg_free(&m);
   }
-  mcp_buf_free(&out);
+  cli_outbuf_free(&out);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -158,10 +158,10 @@ void gw_live_remove(gw *w, gcall *c) {
   w->nlive--;
 }
 
-static void put_json_string(mcp_buf *b, const char *s) {
+static void put_json_string(cli_outbuf *b, const char *s) {
   json_t *v = json_string(s);
   char *d = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-  if (!d || mcp_buf_puts(b, d)) gw_oom();
+  if (!d || cli_outbuf_str(b, d)) gw_oom();
   free(d);
   json_decref(v);
 }
@@ -169,25 +169,26 @@ static void put_json_string(mcp_buf *b, const char *s) {
 /* Send tools/call name(args) with _meta to the server as request gid. */
 static void send_call(gw *w, long long gid, const char *tool, const char *args,
                       size_t alen, const json_t *meta) {
-  mcp_buf m;
+  cli_outbuf m;
   char head[96];
-  mcp_buf_init(&m, (size_t)-1);
+  cli_outbuf_init(&m, (size_t)-1);
   snprintf(head, sizeof head,
            "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"tools/call\","
            "\"params\":{\"name\":",
            gid);
-  if (mcp_buf_puts(&m, head)) gw_oom();
+  if (cli_outbuf_str(&m, head)) gw_oom();
   put_json_string(&m, tool);
-  if (mcp_buf_puts(&m, ",\"arguments\":") || mcp_buf_put(&m, args, alen))
+  if (cli_outbuf_str(&m, ",\"arguments\":") || cli_outbuf_put(&m, args, alen))
     gw_oom();
   if (meta) {
     char *d = json_dumps(meta, JSON_COMPACT);
-    if (!d || mcp_buf_puts(&m, ",\"_meta\":") || mcp_buf_puts(&m, d)) gw_oom();
+    if (!d || cli_outbuf_str(&m, ",\"_meta\":") || cli_outbuf_str(&m, d))
+      gw_oom();
     free(d);
   }
-  if (mcp_buf_puts(&m, "}}\n")) gw_oom();
+  if (cli_outbuf_str(&m, "}}\n")) gw_oom();
   gw_to_server(w, m.p, m.len);
-  mcp_buf_free(&m);
+  cli_outbuf_free(&m);
 }
 
 static void send_cancel(gw *w, long long gid, const char *why) {
@@ -253,25 +254,26 @@ static void send_check(gw *w, gcall *c) {
 }
 
 /* The envelope as a tool result: isError, structuredContent, the message. */
-static void put_envelope_result(mcp_buf *b, const char *env, size_t elen,
+static void put_envelope_result(cli_outbuf *b, const char *env, size_t elen,
                                 const char *message, const char *status,
                                 int replayed, int is_error) {
-  if (mcp_buf_puts(b, "{\"content\":[{\"type\":\"text\",\"text\":")) gw_oom();
+  if (cli_outbuf_str(b, "{\"content\":[{\"type\":\"text\",\"text\":")) gw_oom();
   put_json_string(b, message ? message : status);
-  if (mcp_buf_puts(b, "}],\"structuredContent\":") ||
-      mcp_buf_put(b, env, elen) ||
-      mcp_buf_puts(b, is_error ? ",\"isError\":true" : ",\"isError\":false") ||
-      mcp_buf_puts(b, ",\"_meta\":{\"io.idem/status\":"))
+  if (cli_outbuf_str(b, "}],\"structuredContent\":") ||
+      cli_outbuf_put(b, env, elen) ||
+      cli_outbuf_str(b,
+                     is_error ? ",\"isError\":true" : ",\"isError\":false") ||
+      cli_outbuf_str(b, ",\"_meta\":{\"io.idem/status\":"))
     gw_oom();
   put_json_string(b, status);
-  if (mcp_buf_puts(b, replayed ? ",\"io.idem/replayed\":true}}"
-                               : ",\"io.idem/replayed\":false}}"))
+  if (cli_outbuf_str(b, replayed ? ",\"io.idem/replayed\":true}}"
+                                 : ",\"io.idem/replayed\":false}}"))
     gw_oom();
 }
 
 /* Append the tool result text res with item added at the end of its
 ** "content" array (its other bytes unchanged); -1 when it has none. */
-static int put_with_item(mcp_buf *b, const char *res, size_t len,
+static int put_with_item(cli_outbuf *b, const char *res, size_t len,
                          const char *item) {
   size_t vs, ve, i;
   if (mcp_member(res, len, "content", &vs, &ve) != 1 || ve - vs < 2 ||
@@ -279,10 +281,10 @@ static int put_with_item(mcp_buf *b, const char *res, size_t len,
     return -1;
   for (i = ve - 1; i > vs + 1 && strchr(" \t\r\n", res[i - 1]); i--) {
   }
-  return mcp_buf_put(b, res, ve - 1) ||
-                 (i > vs + 1 && mcp_buf_put(b, ",", 1)) ||
-                 mcp_buf_puts(b, item) ||
-                 mcp_buf_put(b, res + ve - 1, len - (ve - 1))
+  return cli_outbuf_put(b, res, ve - 1) ||
+                 (i > vs + 1 && cli_outbuf_put(b, ",", 1)) ||
+                 cli_outbuf_str(b, item) ||
+                 cli_outbuf_put(b, res + ve - 1, len - (ve - 1))
              ? -1
              : 0;
 }
@@ -309,7 +311,7 @@ static void answer(gw *w, gcall *c) {
   int has_result =
       mcp_member(env, elen, "result", &rs, &re) == 1 && env[rs] == '{';
   char note[600];
-  mcp_buf b;
+  cli_outbuf b;
   if (!status) status = idem_answer_name(a);
   note[0] = '\0';
   if (a == IDEM_ANSWER_SUCCEEDED && c->checked) {
@@ -323,16 +325,17 @@ static void answer(gw *w, gcall *c) {
              c->tool, how ? " with " : "", how ? how : "", c->tool);
     if (!message) message = note;
   }
-  mcp_buf_init(&b, (size_t)-1);
-  if (mcp_buf_puts(&b, "{\"jsonrpc\":\"2.0\",\"id\":") ||
-      mcp_buf_put(&b, c->cid, c->cidlen))
+  cli_outbuf_init(&b, (size_t)-1);
+  if (cli_outbuf_str(&b, "{\"jsonrpc\":\"2.0\",\"id\":") ||
+      cli_outbuf_put(&b, c->cid, c->cidlen))
     gw_oom();
   if (!replayed && c->fresh &&
       ((a == IDEM_ANSWER_SUCCEEDED && c->fresh == IDEM_OUTCOME_APPLIED) ||
        (a == IDEM_ANSWER_FAILED && c->fresh == IDEM_OUTCOME_REJECTED))) {
     /* the server's own answer to this very call, unchanged */
-    if (mcp_buf_puts(&b, c->fresh_is_error ? ",\"error\":" : ",\"result\":") ||
-        mcp_buf_put(&b, c->fresh_text, c->fresh_len))
+    if (cli_outbuf_str(&b,
+                       c->fresh_is_error ? ",\"error\":" : ",\"result\":") ||
+        cli_outbuf_put(&b, c->fresh_text, c->fresh_len))
       gw_oom();
   } else if (has_result &&
              (a == IDEM_ANSWER_SUCCEEDED || a == IDEM_ANSWER_ALREADY_APPLIED ||
@@ -345,49 +348,49 @@ static void answer(gw *w, gcall *c) {
     if (dup) json_object_set_new(add, "io.idem/duplicate_of", json_string(dup));
     if (message)
       json_object_set_new(add, "io.idem/message", json_string(message));
-    if (mcp_buf_puts(&b, ",\"result\":")) gw_oom();
+    if (cli_outbuf_str(&b, ",\"result\":")) gw_oom();
     if (json_is_array(
             json_object_get(json_object_get(e, "result"), "content"))) {
       /* the recorded result; a reconciled one with the words added as
       ** its last content item */
-      mcp_buf r;
+      cli_outbuf r;
       char *item = note[0] ? text_item(note) : NULL;
-      mcp_buf_init(&r, (size_t)-1);
+      cli_outbuf_init(&r, (size_t)-1);
       if (item && put_with_item(&r, env + rs, re - rs, item)) r.len = 0;
       if (r.len ? mcp_put_with_meta(&b, r.p, r.len, add)
                 : mcp_put_with_meta(&b, env + rs, re - rs, add))
         gw_oom();
-      mcp_buf_free(&r);
+      cli_outbuf_free(&r);
       free(item);
     } else {
       /* not a tool result (a status command's output): its JSON as text */
       char *d = json_dumps(add, JSON_COMPACT), *t = gw_dupn(env + rs, re - rs);
       if (!d || !t ||
-          mcp_buf_puts(&b, "{\"content\":[{\"type\":\"text\",\"text\":"))
+          cli_outbuf_str(&b, "{\"content\":[{\"type\":\"text\",\"text\":"))
         gw_oom();
       put_json_string(&b, t);
-      if (mcp_buf_puts(&b, "}")) gw_oom();
+      if (cli_outbuf_str(&b, "}")) gw_oom();
       if (note[0]) {
         char *item = text_item(note);
-        if (mcp_buf_puts(&b, ",") || mcp_buf_puts(&b, item)) gw_oom();
+        if (cli_outbuf_str(&b, ",") || cli_outbuf_str(&b, item)) gw_oom();
         free(item);
       }
-      if (mcp_buf_puts(&b, "],\"_meta\":") || mcp_buf_puts(&b, d) ||
-          mcp_buf_puts(&b, "}"))
+      if (cli_outbuf_str(&b, "],\"_meta\":") || cli_outbuf_str(&b, d) ||
+          cli_outbuf_str(&b, "}"))
         gw_oom();
       free(d);
       free(t);
     }
     json_decref(add);
   } else {
-    if (mcp_buf_puts(&b, ",\"result\":")) gw_oom();
+    if (cli_outbuf_str(&b, ",\"result\":")) gw_oom();
     put_envelope_result(&b, env, elen, message, status, replayed,
                         a != IDEM_ANSWER_SUCCEEDED &&
                             a != IDEM_ANSWER_ALREADY_APPLIED);
   }
-  if (mcp_buf_puts(&b, "}\n")) gw_oom();
+  if (cli_outbuf_str(&b, "}\n")) gw_oom();
   gw_to_client(w, b.p, b.len);
-  mcp_buf_free(&b);
+  cli_outbuf_free(&b);
   json_decref(e);
 }
 

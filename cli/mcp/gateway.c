@@ -643,8 +643,8 @@ int cmd_mcp(int argc, char **argv) {
   if (!(w->learned = json_object())) gw_oom();
   mcp_lines_init(&w->cin, max_message);
   mcp_lines_init(&w->sin, max_message);
-  mcp_buf_init(&w->cout, (size_t)1 << 40);
-  mcp_buf_init(&w->sout, (size_t)1 << 40);
+  cli_outbuf_init(&w->cout, (size_t)1 << 40);
+  cli_outbuf_init(&w->sout, (size_t)1 << 40);
   if (pipe2(w->sig, O_CLOEXEC | O_NONBLOCK) ||
       pipe2(w->wake, O_CLOEXEC | O_NONBLOCK)) {
     cli_err("pipe: %s", strerror(errno));
@@ -710,8 +710,8 @@ out:
   the_gw = NULL;
   mcp_lines_free(&w->cin);
   mcp_lines_free(&w->sin);
-  mcp_buf_free(&w->cout);
-  mcp_buf_free(&w->sout);
+  cli_outbuf_free(&w->cout);
+  cli_outbuf_free(&w->sout);
   json_decref(w->learned);
   idem_guard_close(w->g_user);
   idem_guard_close(w->g_guarded);

@@ -90,7 +90,7 @@ struct gw {
   long long grace_at;
   int grace_stage;
   mcp_lines cin, sin;
-  mcp_buf cout, sout;
+  cli_outbuf cout, sout;
   int cin_eof, sin_eof, cout_dead, sout_closed;
   pend *buckets[BUCKETS];
   long long next_gid;

@@ -20,59 +20,15 @@
 #include "idem.h"
 #include "mcp.h"
 
-/* ---- buffers ------------------------------------------------------------------ */
-
-void mcp_buf_init(mcp_buf *b, size_t max) {
-  b->p = NULL;
-  b->len = b->cap = 0;
-  b->max = max;
-}
-
-void mcp_buf_free(mcp_buf *b) {
-  free(b->p);
-  b->p = NULL;
-  b->len = b->cap = 0;
-}
-
-int mcp_buf_put(mcp_buf *b, const void *p, size_t n) {
-  if (n > b->max || b->len > b->max - n) return -1;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    char *q;
-    while (cap < b->len + n + 1) cap *= 2;
-    if (!(q = realloc(b->p, cap))) return -1;
-    b->p = q;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->len, p, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-  return 0;
-}
-
-int mcp_buf_puts(mcp_buf *b, const char *s) {
-  return mcp_buf_put(b, s, strlen(s));
-}
-
-void mcp_buf_consume(mcp_buf *b, size_t n) {
-  if (n >= b->len) {
-    b->len = 0;
-  } else {
-    memmove(b->p, b->p + n, b->len - n);
-    b->len -= n;
-  }
-  if (b->p) b->p[b->len] = '\0';
-}
-
 /* ---- lines -------------------------------------------------------------------- */
 
 void mcp_lines_init(mcp_lines *l, size_t max) {
-  mcp_buf_init(&l->b, max + 1);
+  cli_outbuf_init(&l->b, max + 1);
   l->max = max;
   l->skipping = 0;
 }
 
-void mcp_lines_free(mcp_lines *l) { mcp_buf_free(&l->b); }
+void mcp_lines_free(mcp_lines *l) { cli_outbuf_free(&l->b); }
 
 static void emit(const char *p, size_t n, mcp_line_fn fn, void *ctx) {
   if (n && p[n - 1] == '\r') n--;
@@ -92,14 +48,14 @@ int mcp_lines_feed(mcp_lines *l, const char *p, size_t n, mcp_line_fn fn,
       size_t keep = l->b.len < MCP_PREFIX ? MCP_PREFIX - l->b.len : 0;
       if (keep > take) keep = take;
       if (keep > l->max - l->b.len) keep = l->max - l->b.len;
-      if (keep) mcp_buf_put(&l->b, p, keep);
+      if (keep) cli_outbuf_put(&l->b, p, keep);
       fn(ctx, l->b.p ? l->b.p : "", l->b.len, 1);
       l->b.len = 0;
       l->skipping = nl == NULL;
     } else if (nl && l->b.len == 0) {
       emit(p, take, fn, ctx); /* the common case: no copy */
     } else {
-      if (mcp_buf_put(&l->b, p, take)) return -1;
+      if (cli_outbuf_put(&l->b, p, take)) return -1;
       if (nl) {
         emit(l->b.p, l->b.len, fn, ctx);
         l->b.len = 0;
@@ -264,18 +220,19 @@ int mcp_prefix_id(const char *p, size_t n, size_t *vs, size_t *ve) {
   return mcp_member(p, n, "id", vs, ve) == 1;
 }
 
-int mcp_splice(mcp_buf *out, const char *line, size_t len, size_t vs, size_t ve,
-               const char *repl, size_t rlen) {
+int mcp_splice(cli_outbuf *out, const char *line, size_t len, size_t vs,
+               size_t ve, const char *repl, size_t rlen) {
   size_t mark = out->len;
-  if (mcp_buf_put(out, line, vs) || mcp_buf_put(out, repl, rlen) ||
-      mcp_buf_put(out, line + ve, len - ve) || mcp_buf_put(out, "\n", 1)) {
+  if (cli_outbuf_put(out, line, vs) || cli_outbuf_put(out, repl, rlen) ||
+      cli_outbuf_put(out, line + ve, len - ve) ||
+      cli_outbuf_put(out, "\n", 1)) {
     out->len = mark;
     return -1;
   }
   return 0;
 }
 
-int mcp_put_error(mcp_buf *out, const char *id, size_t idlen, int code,
+int mcp_put_error(cli_outbuf *out, const char *id, size_t idlen, int code,
                   const char *message) {
   json_t *e = json_pack("{s:i,s:s}", "code", code, "message", message);
   char *msg = e ? json_dumps(e, JSON_COMPACT) : NULL;
@@ -285,17 +242,17 @@ int mcp_put_error(mcp_buf *out, const char *id, size_t idlen, int code,
   json_decref(e);
   if (!msg) return -1;
   snprintf(head, sizeof head, "{\"jsonrpc\":\"2.0\",\"id\":");
-  if (!mcp_buf_puts(out, head) &&
-      !(id ? mcp_buf_put(out, id, idlen) : mcp_buf_puts(out, "null")) &&
-      !mcp_buf_puts(out, ",\"error\":") && !mcp_buf_puts(out, msg) &&
-      !mcp_buf_puts(out, "}\n"))
+  if (!cli_outbuf_str(out, head) &&
+      !(id ? cli_outbuf_put(out, id, idlen) : cli_outbuf_str(out, "null")) &&
+      !cli_outbuf_str(out, ",\"error\":") && !cli_outbuf_str(out, msg) &&
+      !cli_outbuf_str(out, "}\n"))
     rc = 0;
   if (rc) out->len = mark;
   free(msg);
   return rc;
 }
 
-int mcp_put_with_meta(mcp_buf *out, const char *obj, size_t len,
+int mcp_put_with_meta(cli_outbuf *out, const char *obj, size_t len,
                       const json_t *add) {
   size_t vs = 0, ve = 0, mark = out->len;
   json_t *meta = NULL;
@@ -312,18 +269,18 @@ int mcp_put_with_meta(mcp_buf *out, const char *obj, size_t len,
       !(dump = json_dumps(meta, JSON_COMPACT)))
     goto out;
   if (found) {
-    rc = mcp_buf_put(out, obj, vs) || mcp_buf_puts(out, dump) ||
-                 mcp_buf_put(out, obj + ve, len - ve)
+    rc = cli_outbuf_put(out, obj, vs) || cli_outbuf_str(out, dump) ||
+                 cli_outbuf_put(out, obj + ve, len - ve)
              ? -1
              : 0;
   } else {
     /* insert "_meta" as the first member */
     size_t open = ws(obj, len, 0) + 1, next = ws(obj, len, open);
     int empty = next < len && obj[next] == '}';
-    rc = mcp_buf_put(out, obj, open) || mcp_buf_puts(out, "\"_meta\":") ||
-                 mcp_buf_puts(out, dump) ||
-                 (!empty && mcp_buf_put(out, ",", 1)) ||
-                 mcp_buf_put(out, obj + open, len - open)
+    rc = cli_outbuf_put(out, obj, open) || cli_outbuf_str(out, "\"_meta\":") ||
+                 cli_outbuf_str(out, dump) ||
+                 (!empty && cli_outbuf_put(out, ",", 1)) ||
+                 cli_outbuf_put(out, obj + open, len - open)
              ? -1
              : 0;
   }

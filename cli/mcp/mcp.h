@@ -15,20 +15,9 @@
 #include <jansson.h>
 #include <stddef.h>
 
-/* ---- a growable byte buffer with a hard cap --------------------------------- */
+#include "buf.h"
 
-typedef struct mcp_buf {
-  char *p;
-  size_t len, cap, max; /* max: the hard cap; growing past it fails */
-} mcp_buf;
-
-void mcp_buf_init(mcp_buf *b, size_t max);
-void mcp_buf_free(mcp_buf *b);
-/* Append n bytes; -1 (nothing appended) past the cap or out of memory. */
-int mcp_buf_put(mcp_buf *b, const void *p, size_t n);
-int mcp_buf_puts(mcp_buf *b, const char *s);
-/* Drop the first n bytes. */
-void mcp_buf_consume(mcp_buf *b, size_t n);
+/* Buffers are the command's (buf.h): a cap, and a NUL after the bytes. */
 
 /* ---- lines ------------------------------------------------------------------ */
 
@@ -39,7 +28,7 @@ void mcp_buf_consume(mcp_buf *b, size_t n);
 #define MCP_PREFIX 65536
 
 typedef struct mcp_lines {
-  mcp_buf b;
+  cli_outbuf b;
   size_t max;
   int skipping; /* inside an oversized line */
 } mcp_lines;
@@ -97,17 +86,17 @@ void mcp_msg_free(mcp_msg *m);
 int mcp_prefix_id(const char *p, size_t n, size_t *vs, size_t *ve);
 
 /* Append line with the bytes [vs, ve) replaced by repl, and a newline. */
-int mcp_splice(mcp_buf *out, const char *line, size_t len, size_t vs, size_t ve,
-               const char *repl, size_t rlen);
+int mcp_splice(cli_outbuf *out, const char *line, size_t len, size_t vs,
+               size_t ve, const char *repl, size_t rlen);
 
 /* Append a JSON-RPC error response: id is raw JSON text (NULL: null). */
-int mcp_put_error(mcp_buf *out, const char *id, size_t idlen, int code,
+int mcp_put_error(cli_outbuf *out, const char *id, size_t idlen, int code,
                   const char *message);
 
 /* Write the object text obj with the members of add merged into its
 ** "_meta" (created when absent) to out (no newline).  -1 when obj is not
 ** an object. */
-int mcp_put_with_meta(mcp_buf *out, const char *obj, size_t len,
+int mcp_put_with_meta(cli_outbuf *out, const char *obj, size_t len,
                       const json_t *add);
 
 /* ---- tools ------------------------------------------------------------------------- */

@@ -38,16 +38,16 @@ void gw_oom(void) {
 
 void gw_to_client(gw *w, const char *p, size_t n) {
   if (w->cout_dead) return;
-  if (mcp_buf_put(&w->cout, p, n)) gw_oom();
+  if (cli_outbuf_put(&w->cout, p, n)) gw_oom();
 }
 
 void gw_to_server(gw *w, const char *p, size_t n) {
   if (w->sout_closed) return;
-  if (mcp_buf_put(&w->sout, p, n)) gw_oom();
+  if (cli_outbuf_put(&w->sout, p, n)) gw_oom();
 }
 
 /* Write what fd takes now; -1 when the peer is gone. */
-static int flush_fd(int fd, mcp_buf *b) {
+static int flush_fd(int fd, cli_outbuf *b) {
   while (b->len) {
     ssize_t k = write(fd, b->p, b->len);
     if (k < 0) {
@@ -55,7 +55,7 @@ static int flush_fd(int fd, mcp_buf *b) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
       return -1;
     }
-    mcp_buf_consume(b, (size_t)k);
+    cli_outbuf_consume(b, (size_t)k);
   }
   return 0;
 }
