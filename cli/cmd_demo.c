@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "run/run.h"
 #include "http.h"
 #include "idemInt.h"
 

@@ -31,55 +31,11 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "run/run.h"
 
 extern char **environ;
 
 #define MAX_OUTPUT CLI_MAX_OUTPUT
-
-/* ---- results --------------------------------------------------------------- */
-
-static int in_list(const int *codes, int n, int code) {
-  for (int i = 0; i < n; i++)
-    if (codes[i] == code) return 1;
-  return 0;
-}
-
-int cli_exec_outcome(const idem_tool_info *r, const cli_run_result *res) {
-  if (res->timed_out || !res->exited) return IDEM_OUTCOME_UNKNOWN;
-  if (in_list(r->exit_applied, r->n_exit_applied, res->exit_code))
-    return IDEM_OUTCOME_APPLIED;
-  if (in_list(r->exit_not_applied, r->n_exit_not_applied, res->exit_code))
-    return IDEM_OUTCOME_NOT_APPLIED;
-  if (in_list(r->exit_rejected, r->n_exit_rejected, res->exit_code))
-    return IDEM_OUTCOME_REJECTED;
-  return IDEM_OUTCOME_UNKNOWN;
-}
-
-void cli_exec_describe(const cli_run_result *res, long long deadline,
-                       char *buf, size_t n) {
-  if (res->too_big) {
-    /* the pipe was closed on it: a SIGPIPE death is ours, not the tool's */
-    int k = snprintf(buf, n,
-                     "the command's output passed the limit of %zu bytes and "
-                     "was cut off",
-                     CLI_MAX_OUTPUT);
-    if (k < 0 || (size_t)k >= n) return;
-    if (res->signal)
-      snprintf(buf + k, n - (size_t)k, "; it was then killed by signal %d%s",
-               res->signal, res->signal == SIGPIPE ? " (SIGPIPE)" : "");
-    else if (res->exited)
-      snprintf(buf + k, n - (size_t)k, "; it then exited with status %d",
-               res->exit_code);
-  } else if (res->spawn_errno)
-    snprintf(buf, n, "the command could not be started: %s",
-             strerror(res->spawn_errno));
-  else if (res->timed_out)
-    snprintf(buf, n, "no answer within %lld ms", deadline);
-  else if (res->signal)
-    snprintf(buf, n, "the command was killed by signal %d", res->signal);
-  else
-    snprintf(buf, n, "the command exited with status %d", res->exit_code);
-}
 
 /* ---- one attempt, through the runner ----------------------------------------- */
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "run/run.h"
 
 /* ---- the log ------------------------------------------------------------------ */
 

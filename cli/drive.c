@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "run/run.h"
 #include "http.h"
 #include "idemInt.h"
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "run/run.h"
 
 void cli_err(const char *fmt, ...) {
   va_list ap;

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "cli.h"
+#include "run/run.h"
 #include "mcp.h"
 
 #define DEFAULT_MAX_MESSAGE ((size_t)4 << 20)

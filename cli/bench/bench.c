@@ -1,5 +1,5 @@
 /*
-** cmd_bench.c - `idem bench`: the benchmarks of SPEC §12, side by side with
+** bench.c - `idem bench`: the benchmarks of SPEC §12, side by side with
 ** their peers, in one run on one machine.
 **
 ** Figures (one JSON object per line on stdout):

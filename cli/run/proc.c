@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "run/run.h"
 
 extern char **environ;
 

@@ -1,5 +1,5 @@
 /*
-** bench_guard.c - `idem bench --only guard`: the guard on the embedded
+** guard.c - `idem bench --only guard`: the guard on the embedded
 ** store, side by side with the disk it runs on and with what a user would
 ** otherwise write (SPEC §12, issue figures):
 **
