@@ -23,14 +23,6 @@ enum {
 };
 
 /* One verb: its name, entry point, one-line summary and usage text. */
-typedef struct cli_verb {
-  const char *name;
-  int (*run)(int argc, char **argv);
-  const char *summary;
-  const char *usage;
-} cli_verb;
-
-extern const cli_verb cli_verbs[];
 
 /* "idem: " + message + newline on stderr. */
 void cli_err(const char *fmt, ...)
@@ -39,6 +31,8 @@ void cli_err(const char *fmt, ...)
 #endif
     ;
 
+/* ---- usage.c: what idem help says ---------------------------------------- */
+
 /* Print a usage error and the verb's usage to stderr; returns EXIT_USAGE. */
 int cli_usage(const char *verb, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -46,8 +40,12 @@ int cli_usage(const char *verb, const char *fmt, ...)
 #endif
     ;
 
-/* Print the usage text of verb to f. */
-void cli_print_usage(FILE *f, const char *verb);
+/* Print the usage text of verb to f; -1 when there is no such verb. */
+int cli_print_usage(FILE *f, const char *verb);
+/* The list of verbs with their summaries (idem help). */
+void cli_print_help(FILE *f);
+
+/* ---- util.c ---------------------------------------------------------------- */
 
 /* Parse a decimal size option value in [lo, hi]; 0 on success. */
 int cli_parse_size(const char *opt, const char *s, size_t lo, size_t hi,

@@ -6,16 +6,11 @@
 ** timeout (idem_policy_explain), wrapped to 76 columns.  Exit 0 when all is
 ** well, 65 for an invalid policy, 1 when the file cannot be read, 2 for a
 ** bad command line.
-**
-** Listing the tools needs the one thing the public API does not offer, a
-** walk over a policy's tools, so this file reads struct idem_policy from
-** the private header (src/idemInt.h); nothing else in the command does.
 */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/idemInt.h"
 #include "cli.h"
 
 #define WRAP 76
@@ -103,14 +98,15 @@ static int load(const char *path, idem_policy **p) {
 
 static int check(const char *path) {
   idem_policy *p;
-  size_t i;
+  size_t i, n;
   int rc = load(path, &p);
   if (rc) return rc;
   fputs(path, stdout);
-  printf(": ok (%zu tool%s", p->ntools, p->ntools == 1 ? "" : "s");
-  for (i = 0; i < p->ntools; i++) {
+  n = idem_policy_tool_count(p);
+  printf(": ok (%zu tool%s", n, n == 1 ? "" : "s");
+  for (i = 0; i < n; i++) {
     fputs(i ? ", " : ": ", stdout);
-    print_name(p->tools[i].name);
+    print_name(idem_policy_tool_name(p, i));
   }
   puts(")");
   idem_policy_free(p);

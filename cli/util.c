@@ -21,26 +21,6 @@ void cli_err(const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
-int cli_usage(const char *verb, const char *fmt, ...) {
-  va_list ap;
-  fputs("idem: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  cli_print_usage(stderr, verb);
-  return EXIT_USAGE;
-}
-
-void cli_print_usage(FILE *f, const char *verb) {
-  const cli_verb *v;
-  for (v = cli_verbs; v->name; v++)
-    if (strcmp(v->name, verb) == 0) {
-      fputs(v->usage, f);
-      return;
-    }
-}
-
 int cli_parse_size(const char *opt, const char *s, size_t lo, size_t hi,
                    size_t *out) {
   char *end;

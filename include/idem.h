@@ -337,6 +337,11 @@ typedef struct idem_tool_info {
 IDEM_API int idem_policy_tool(const idem_policy *p, const char *tool,
                               idem_tool_info *out);
 
+/* The tools p names: how many, and the i-th name in byte order (borrowed
+** from p; NULL past the end). */
+IDEM_API size_t idem_policy_tool_count(const idem_policy *p);
+IDEM_API const char *idem_policy_tool_name(const idem_policy *p, size_t i);
+
 /* ---------------------------------------------------------------------------
 ** The attempt log (SPEC §5): one record per action (session, call id).
 */

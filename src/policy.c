@@ -1271,6 +1271,14 @@ static void codes_out(int *dst, int *n, const int *src, int count) {
   *n = count;
 }
 
+size_t idem_policy_tool_count(const idem_policy *p) {
+  return p && p->magic == IDEM__POLICY_MAGIC ? p->ntools : 0;
+}
+
+const char *idem_policy_tool_name(const idem_policy *p, size_t i) {
+  return i < idem_policy_tool_count(p) ? p->tools[i].name : NULL;
+}
+
 int idem_policy_tool(const idem_policy *p, const char *tool,
                      idem_tool_info *out) {
   idem__tool_rule scratch;

@@ -385,6 +385,10 @@ static void test_tool_info(void) {
   idem_policy *p = NULL;
   idem_tool_info i = {.size = sizeof i};
   CHECK_INT(idem_policy_parse(text, strlen(text), "test", &p), IDEM_OK);
+  CHECK_INT(idem_policy_tool_count(p), 1);
+  CHECK_STR(idem_policy_tool_name(p, 0), "deploy");
+  CHECK(idem_policy_tool_name(p, 1) == NULL);
+  CHECK_INT(idem_policy_tool_count(NULL), 0);
   CHECK_INT(idem_policy_tool(p, "deploy", &i), IDEM_OK);
   CHECK_INT(i.named, 1);
   CHECK_INT(i.cls, IDEM_CLASS_GUARDED);
