@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cli/http.h"
+#include "http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
