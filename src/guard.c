@@ -533,56 +533,25 @@ static idem_record *seize(idem_step *s, idem_record *r, int state, int durable,
 ** pointer into s->c's output) or "null". */
 static void arg_value(idem_step *s, const char *name, size_t n, const char **v,
                       size_t *vlen) {
-  idem_canon *c = s->c;
-  size_t i;
-  *v = "null";
-  *vlen = 4;
-  for (i = 0; i < c->top_members; i++)
-    if (idem__member_is(c, &c->mem[i], name, n)) {
-      *v = c->out.p + c->mem[i].colon + 1;
-      *vlen = c->mem[i].end - c->mem[i].colon - 1;
-      return;
-    }
+  if (!idem__tmpl_arg(s->c, name, n, v, vlen)) {
+    *v = "null";
+    *vlen = 4;
+  }
 }
 
-/* Fill the template of the status arguments: a string "{name}" becomes the
-** value of argument name, "{$key}" the key. */
+/* Fill the template of the status arguments (template.c): a string
+** "{name}" becomes the value of argument name, "{$key}" the key. */
 static int build_check_args(idem_step *s, const char *args, size_t args_len,
                             const char *key) {
-  const char *t = s->rule->status.arguments, *p;
-  idem__canon_opt opt = {0, NULL, 0, 0, 0};
+  const char *t = s->rule->status.arguments;
   idem__buf out;
   int rc;
   idem__free(s->check_args);
   s->check_args = NULL;
   if (!s->rule->has_status || !s->rule->status.tool) return IDEM_OK;
-  if (!t) t = "{}";
-  opt.max_depth = s->c->max_depth;
-  if ((rc = idem__canon_run(s->c, args, args_len, &opt))) return rc;
+  if ((rc = idem__tmpl_args(s->c, args, args_len))) return rc;
   idem__buf_init(&out, s->c->out.cap);
-  for (p = t; *p && !rc;) {
-    if (*p == '"') { /* a string token of the canonical template */
-      const char *q = p + 1;
-      while (*q != '"') q += *q == '\\' ? 2 : 1;
-      if (q - p > 3 && p[1] == '{' && q[-1] == '}' &&
-          !memchr(p, '\\', (size_t)(q - p))) {
-        const char *name = p + 2, *v;
-        size_t n = (size_t)(q - 1 - name), vlen;
-        if (n == 4 && memcmp(name, "$key", 4) == 0) {
-          size_t bad;
-          rc = idem__canon_string(&out, key, strlen(key), &bad);
-        } else {
-          arg_value(s, name, n, &v, &vlen);
-          rc = idem__buf_append(&out, v, vlen);
-        }
-      } else {
-        rc = idem__buf_append(&out, p, (size_t)(q + 1 - p));
-      }
-      p = q + 1;
-    } else {
-      rc = idem__buf_append(&out, p++, 1);
-    }
-  }
+  rc = idem__tmpl_json(s->c, &out, t ? t : "{}", key);
   if (!rc) {
     s->check_args = idem__strndup(out.p, out.len);
     s->check_len = out.len;
