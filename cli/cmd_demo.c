@@ -33,7 +33,6 @@
 #include <jansson.h>
 
 #include "cli.h"
-#include "http.h"
 #include "idemInt.h"
 
 extern char **environ;
@@ -204,30 +203,46 @@ static void sim_stop(demo *d) {
 
 /* POST /_mode: how the provider misbehaves on the next count refunds (0:
 ** until changed); dedupe 0 or 1 turns its dedupe on the key off or on
-** (-1: as it is). */
+** (-1: as it is).  The control endpoint is a tool too: a read_only HTTP
+** tool of a small policy of the demo's own, run in this process by the
+** library (idem_guard_run) - the public API, the same executor as every
+** refund of the story; a read_only call records nothing in the log. */
 static int sim_mode_ex(demo *d, const char *mode, int count, int dedupe) {
-  idem__http_rule h;
-  cli_http_answer a;
-  char url[64], body[128];
-  int ok;
-  memset(&h, 0, sizeof h);
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/_mode", d->port);
-  {
-    char cnt[32] = "";
-    if (count > 0) snprintf(cnt, sizeof cnt, ",\"count\":%d", count);
-    snprintf(body, sizeof body, "{\"mode\":\"%s\"%s%s}", mode, cnt,
-             dedupe < 0   ? ""
-             : dedupe > 0 ? ",\"dedupe\":true"
-                          : ",\"dedupe\":false");
-  }
-  h.method = (char *)"POST";
-  h.url = url;
-  h.send_body = 1;
-  h.on_409 = h.on_429 = h.on_5xx = IDEM_OUTCOME_UNKNOWN;
-  cli_http_request(&h, "_mode", NULL, body, strlen(body), 5000, &a);
-  ok = a.status == 200;
-  if (!ok) cli_err("the simulator refused mode %s: %s", mode, a.error);
-  cli_http_answer_free(&a);
+  char policy[256], args[128], cnt[32] = "", call_id[32], *env = NULL;
+  static int n;
+  idem_policy *p = NULL;
+  idem_guard *g = NULL;
+  idem_call call;
+  size_t len = 0;
+  int ok = 0;
+  snprintf(policy, sizeof policy,
+           "{\"tools\": {\"paysim_mode\": {\"class\": \"read_only\", "
+           "\"timeout_ms\": 5000, \"retries\": 0, \"http\": {\"method\": "
+           "\"POST\", \"url\": \"http://127.0.0.1:%d/_mode\"}}}}",
+           d->port);
+  if (count > 0) snprintf(cnt, sizeof cnt, ",\"count\":%d", count);
+  snprintf(args, sizeof args, "{\"mode\":\"%s\"%s%s}", mode, cnt,
+           dedupe < 0   ? ""
+           : dedupe > 0 ? ",\"dedupe\":true"
+                        : ",\"dedupe\":false");
+  snprintf(call_id, sizeof call_id, "mode_%d", ++n);
+  memset(&call, 0, sizeof call);
+  call.session = "demo_control";
+  call.call_id = call_id;
+  call.tool = "paysim_mode";
+  call.args = args;
+  call.args_len = strlen(args);
+  if (idem_policy_parse(policy, strlen(policy), "the demo's control policy",
+                        &p) != IDEM_OK)
+    cli_err("%s", p ? idem_policy_errmsg(p) : "out of memory");
+  else if (idem_guard_open(d->log, p, &g) != IDEM_OK ||
+           idem_guard_run(g, &call, NULL, &env, &len) != IDEM_OK)
+    cli_err("the simulator's mode %s: %s", mode, idem_guard_errmsg(g));
+  else if (!(ok = strstr(env, "\"status\":\"succeeded\"") != NULL))
+    cli_err("the simulator refused mode %s: %.*s", mode, (int)len, env);
+  idem_free(env);
+  idem_guard_close(g);
+  idem_policy_free(p);
   return ok ? 0 : -1;
 }
 
@@ -605,7 +620,6 @@ int cmd_demo(int argc, char **argv) {
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   const char *paysim = NULL, *tmp = getenv("TMPDIR");
-  char missing[400];
   demo d;
   long long t0 = mono_ms();
   ssize_t n;
@@ -624,8 +638,8 @@ int cmd_demo(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage("demo", "too many arguments");
   memset(&d, 0, sizeof d);
-  if (cli_http_load(missing, sizeof missing)) { /* the demo is HTTP calls */
-    cli_err("%s", missing);
+  if (idem_http_missing()) { /* the demo is HTTP calls */
+    cli_err("%s", idem_http_missing());
     return EXIT_FAIL;
   }
   d.b = color ? "\033[1m" : "";

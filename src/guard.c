@@ -1374,6 +1374,25 @@ const char *idem__guard_owner(const idem_guard *g) {
   return g && g->magic == GUARD_MAGIC ? g->owner : NULL;
 }
 
+int idem__guard_policy(const idem_guard *g, const idem_policy **p) {
+  if (!g || g->magic != GUARD_MAGIC) return IDEM_MISUSE;
+  *p = g->policy;
+  return IDEM_OK;
+}
+
+idem_guard *idem__step_guard(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC ? s->g : NULL;
+}
+
+int idem__guard_fail(idem_guard *g, int rc, const char *fmt, ...) {
+  va_list ap;
+  (void)g; /* the message is the calling thread's, as gfail's */
+  va_start(ap, fmt);
+  vsnprintf(tls_err, sizeof tls_err, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
 int idem__runner_lease(idem_guard *g, const char *session, const char *call_id,
                        long long token, long long lease_ms, long long pgid,
                        long long timeout_ms, const char *owner) {

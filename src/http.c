@@ -1,35 +1,45 @@
 /*
-** http.c - HTTP tools over libcurl (docs/POLICY.md, "http").
+** http.c - HTTP tools over libcurl (docs/POLICY.md, "http"), in libidem.
 **
 ** One easy handle per request: a tool call is a rare, slow event next to
 ** the guard's own work, and a fresh connection makes "was anything sent?"
 ** a question about this request alone (CURLINFO_REQUEST_SIZE).  Redirects
 ** are not followed (a redirected POST is a different request); only http
 ** and https are spoken.  The whole request - connection, sending, waiting,
-** reading - is bounded by the guard's deadline (CURLOPT_TIMEOUT_MS).
+** reading - is bounded by the guard's deadline (CURLOPT_TIMEOUT_MS).  The
+** URL and the header values are the policy's templates, filled by the
+** library's one template engine (template.c): an argument goes in as its
+** canonical RFC 8785 text, the same text its fingerprint was taken of.
 **
 ** libcurl is not linked: it brings some thirty libraries of its own that
-** every start of idem would load, though few commands make HTTP calls.
-** The first request loads "libcurl.so.4" (or the file $IDEM_LIBCURL names)
-** with dlopen and runs curl_global_init, once per process (src/dl.c), into
-** the table curl; the #defines after it send this file's curl_* calls
-** through the table.  Without it, `idem call` fails before its guard
-** begins (cli_http_load: no record, nothing sent), and a status check
-** over HTTP answers UNKNOWN (the action stays in doubt) with the reason.
+** every program loading libidem.so would map at start, though few make
+** HTTP calls.  The first request (or idem__http_missing) loads
+** "libcurl.so.4" (or the file $IDEM_LIBCURL names) with dlopen and runs
+** curl_global_init, once per process (src/dl.c), into the table curl; the
+** #defines after it send this file's curl_* calls through the table.
+** Without it, idem_guard_run fails before its guard begins (no record,
+** nothing sent), and a status check over HTTP answers UNKNOWN (the action
+** stays in doubt) with the reason.
+**
+** Built without HTTP support (IDEM_HTTP 0: the CMake option IDEM_HTTP is
+** OFF, or libcurl's headers were missing), nothing here includes curl.h:
+** the classification stays (the fuzz target drives it), and every request
+** fails, before anything is sent, with "built without HTTP support".
 */
-#include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "http.h"
+
+#if IDEM_HTTP
 /* curl.h wraps curl_easy_setopt and curl_easy_getinfo in macros (gcc's
 ** type checks of the option's value) that call the functions by name; here
 ** those names are table entries, so the wrappers go (they are #undef'd). */
 #define CURL_DISABLE_TYPECHECK
 #include <curl/curl.h>
-#include <jansson.h>
 
-#include "http.h"
 #include "idem_version.h"
 
 /* ---- libcurl, loaded on first use (src/dl.c) ------------------------------- */
@@ -68,159 +78,62 @@ static idem__dl_lib libcurl = {.name = "libcurl",
 #define curl_slist_append curl.f.curl_slist_append
 #define curl_slist_free_all curl.f.curl_slist_free_all
 
-int cli_http_load(char *err, size_t errn) {
-  const char *missing = idem__dl_need(&libcurl);
-  if (!missing) return 0;
-  snprintf(err, errn, "HTTP tools need %s", missing);
-  return -1;
+static pthread_once_t missing_once = PTHREAD_ONCE_INIT;
+static char missing[400]; /* written once, under missing_once */
+
+static void find_missing(void) {
+  const char *why = idem__dl_need(&libcurl);
+  if (why) snprintf(missing, sizeof missing, "HTTP tools need %s", why);
 }
 
-/* ---- templates ------------------------------------------------------------- */
-
-static int put(idem__buf *b, const char *p, size_t n) {
-  return idem__buf_append(b, p, n);
+const char *idem__http_missing(void) {
+  pthread_once(&missing_once, find_missing);
+  return missing[0] ? missing : NULL;
 }
-
-static int put_pct(idem__buf *b, const char *p, size_t n) {
-  static const char hex[] = "0123456789ABCDEF";
-  size_t i;
-  int rc = 0;
-  for (i = 0; i < n && !rc; i++) {
-    unsigned char ch = (unsigned char)p[i];
-    if (isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-      rc = put(b, p + i, 1);
-    } else {
-      char e[3] = {'%', hex[ch >> 4], hex[ch & 15]};
-      rc = put(b, e, 3);
-    }
-  }
-  return rc;
+#else
+const char *idem__http_missing(void) {
+  return "this libidem was built without HTTP support (the CMake option "
+         "IDEM_HTTP was off, or libcurl's headers were missing): rebuild it "
+         "with libcurl's headers (libcurl4-openssl-dev) to run HTTP tools";
 }
+#endif
 
-/* Append value v, percent-encoded for a URL or checked for a header. */
-static int put_value(idem__buf *b, const char *v, size_t n, int url,
-                     const char *what, char *err, size_t errn) {
-  size_t i;
-  if (url) return put_pct(b, v, n);
-  for (i = 0; i < n; i++)
-    if (v[i] == '\r' || v[i] == '\n' || v[i] == '\0') {
-      snprintf(err, errn, "%s holds a line break, which cannot go in a header",
-               what);
-      return -1;
-    }
-  return put(b, v, n);
-}
+/* ---- templates (template.c) ------------------------------------------------- */
 
-/* Append template tmpl filled to b (whose cap bounds it: IDEM_RANGE);
-** 0, or nonzero with the reason in err (except for IDEM_RANGE and
-** IDEM_NOMEM, which the caller words). */
-static int fill_into(idem__buf *b, const char *tmpl, int url, const char *args,
-                     size_t args_len, const char *key, char *err, size_t errn) {
-  json_t *obj = NULL;
-  const char *p = tmpl, *open, *close;
-  char what[300];
-  int rc = 0;
-  while (!rc && (open = strchr(p, '{')) && (close = strchr(open, '}'))) {
-    const char *name = open + 1;
-    size_t n = (size_t)(close - name);
-    rc = put(b, p, (size_t)(open - p));
-    p = close + 1;
-    if (rc) break;
-    snprintf(what, sizeof what, "{%.*s}", (int)(n < 200 ? n : 200), name);
-    if (n == 4 && memcmp(name, "$key", 4) == 0) {
-      if (!key) {
-        snprintf(err, errn, "%s: this call has no key", what);
-        rc = -1;
-      } else {
-        rc = put_value(b, key, strlen(key), url, what, err, errn);
-      }
-    } else if (n > 5 && memcmp(name, "$env:", 5) == 0) {
-      char var[256];
-      const char *v;
-      snprintf(var, sizeof var, "%.*s", (int)(n - 5), name + 5);
-      if (!(v = getenv(var))) {
-        snprintf(err, errn, "%s: the environment variable %s is not set", what,
-                 var);
-        rc = -1;
-      } else {
-        rc = put_value(b, v, strlen(v), 0, what, err, errn);
-      }
-    } else {
-      json_t *v;
-      char *text = NULL;
-      if (!obj) {
-        json_error_t jerr;
-        obj = json_loadb(args ? args : "{}", args ? args_len : 2, 0, &jerr);
-        if (!json_is_object(obj)) {
-          snprintf(err, errn, "the arguments are not a JSON object");
-          rc = -1;
-          break;
-        }
-      }
-      v = json_object_getn(obj, name, n);
-      if (!v) {
-        snprintf(err, errn, "%s: the call has no argument of that name", what);
-        rc = -1;
-      } else if (json_is_string(v)) {
-        rc = put_value(b, json_string_value(v), json_string_length(v), url,
-                       what, err, errn);
-      } else if (json_is_object(v) || json_is_array(v)) {
-        snprintf(err, errn,
-                 "%s: the argument is an %s; only a string, a "
-                 "number, true, false or null fills a template",
-                 what, json_is_object(v) ? "object" : "array");
-        rc = -1;
-      } else if (!(text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT))) {
-        rc = IDEM_NOMEM;
-      } else {
-        rc = put_value(b, text, strlen(text), url, what, err, errn);
-        free(text);
-      }
-    }
-  }
-  if (!rc) rc = put(b, p, strlen(p));
-  json_decref(obj);
-  return rc;
-}
-
-char *cli_http_fill(const char *tmpl, int url, const char *args,
-                    size_t args_len, const char *key, char *err, size_t errn) {
-  idem__buf b;
-  char *out = NULL;
-  int rc;
-  idem__buf_init(&b, CLI_HTTP_MAX_FILLED);
-  rc = fill_into(&b, tmpl, url, args, args_len, key, err, errn);
-  if (!rc) rc = put(&b, "", 1);
-  if (rc == IDEM_RANGE)
-    snprintf(err, errn, "the template filled is longer than %zu bytes",
-             CLI_HTTP_MAX_FILLED - 1);
-  else if (rc == IDEM_NOMEM || (!rc && !(out = malloc(b.len))))
+/* Bind args into c for the fills: 0, or -1 with the reason in err. */
+static int bind_args(idem_canon *c, const char *args, size_t args_len,
+                     char *err, size_t errn) {
+  int rc = idem__tmpl_args(c, args, args_len);
+  if (rc == IDEM_NOMEM)
     snprintf(err, errn, "out of memory");
-  else if (!rc)
-    memcpy(out, b.p, b.len);
-  idem__buf_free(&b);
-  return out;
+  else if (rc)
+    snprintf(err, errn, "the arguments: %s", idem_canon_errmsg(c));
+  return rc;
 }
 
-/* The header line "NAME: VALUE", the value template tmpl filled, into b
-** (reset first), NUL-terminated.  A header goes out whole or the request
-** does not go out: a line longer than CLI_HTTP_MAX_HEADER is an error
-** that names the header and the tool, before anything is sent. */
-static int header_line(idem__buf *b, const char *tool, const char *name,
-                       const char *tmpl, const char *args, size_t args_len,
-                       const char *key, char *err, size_t errn) {
+/* Append template tmpl filled from the arguments bound in c to b, with a
+** NUL; IDEM_RANGE (b's cap) and IDEM_NOMEM are left to the caller to word. */
+static int fill_bound(const idem_canon *c, idem__buf *b, const char *tmpl,
+                      int url, const char *key, char *err, size_t errn) {
+  int rc = idem__tmpl_text(c, b, tmpl, url ? IDEM__TMPL_URL : IDEM__TMPL_HEADER,
+                           key, err, errn);
+  return rc ? rc : idem__buf_append(b, "", 1);
+}
+
+int idem__http_fill(idem__buf *b, const char *tmpl, int url, const char *args,
+                    size_t args_len, const char *key, char *err, size_t errn) {
+  idem_canon *c = NULL;
   int rc;
   idem__buf_free(b);
-  idem__buf_init(b, CLI_HTTP_MAX_HEADER + 1);
-  rc = put(b, name, strlen(name));
-  if (!rc) rc = put(b, ": ", 2);
-  if (!rc) rc = fill_into(b, tmpl, 0, args, args_len, key, err, errn);
-  if (!rc) rc = put(b, "", 1);
+  idem__buf_init(b, IDEM__HTTP_MAX_FILLED);
+  err[0] = '\0';
+  if ((rc = idem_canon_open(&c)) == IDEM_OK &&
+      (rc = bind_args(c, args, args_len, err, errn)) == IDEM_OK)
+    rc = fill_bound(c, b, tmpl, url, key, err, errn);
+  idem_canon_close(c);
   if (rc == IDEM_RANGE)
-    snprintf(err, errn,
-             "the header %.100s of tool %.100s is longer than %zu bytes "
-             "(its name, \": \" and its value): the request was not sent",
-             name, tool ? tool : "(none)", CLI_HTTP_MAX_HEADER);
+    snprintf(err, errn, "the template filled is longer than %zu bytes",
+             IDEM__HTTP_MAX_FILLED - 1);
   else if (rc == IDEM_NOMEM)
     snprintf(err, errn, "out of memory");
   return rc;
@@ -237,7 +150,7 @@ static const char *outcome_word(int o) {
 }
 
 /* The first line or 200 bytes of the body, printable, for messages. */
-static void excerpt(const cli_http_answer *a, char *out, size_t n) {
+static void excerpt(const idem__http_answer *a, char *out, size_t n) {
   size_t i, k = 0;
   for (i = 0; a->body && i < a->body_len && k + 1 < n && i < 200; i++) {
     unsigned char ch = (unsigned char)a->body[i];
@@ -247,8 +160,8 @@ static void excerpt(const cli_http_answer *a, char *out, size_t n) {
   out[k] = '\0';
 }
 
-void cli_http_classify(const idem__http_rule *h, int sent, int failed,
-                       const char *transport_error, cli_http_answer *a) {
+void idem__http_classify(const idem__http_rule *h, int sent, int failed,
+                         const char *transport_error, idem__http_answer *a) {
   char ex[208];
   long st = a->status;
   a->error[0] = '\0';
@@ -266,7 +179,7 @@ void cli_http_classify(const idem__http_rule *h, int sent, int failed,
     if (a->truncated)
       snprintf(a->error, sizeof a->error,
                "HTTP %ld: the response was longer than %zu bytes and was cut",
-               st, CLI_HTTP_MAX_BODY);
+               st, IDEM__HTTP_MAX_BODY);
     return;
   }
   if (st == 409)
@@ -284,18 +197,50 @@ void cli_http_classify(const idem__http_rule *h, int sent, int failed,
            failed ? "; the connection then failed" : "");
 }
 
+void idem__http_answer_free(idem__http_answer *a) {
+  if (!a) return;
+  idem__free(a->body);
+  a->body = NULL;
+  a->body_len = 0;
+}
+
 /* ---- the request ---------------------------------------------------------- */
 
+#if IDEM_HTTP
+/* The header line "NAME: VALUE", the value template tmpl filled from the
+** arguments bound in c, into b (reset first), NUL-terminated.  A header
+** goes out whole or the request does not go out: a line longer than
+** IDEM__HTTP_MAX_HEADER is an error that names the header and the tool,
+** before anything is sent. */
+static int header_line(const idem_canon *c, idem__buf *b, const char *tool,
+                       const char *name, const char *tmpl, const char *key,
+                       char *err, size_t errn) {
+  int rc;
+  idem__buf_free(b);
+  idem__buf_init(b, IDEM__HTTP_MAX_HEADER + 1);
+  rc = idem__buf_append(b, name, strlen(name));
+  if (!rc) rc = idem__buf_append(b, ": ", 2);
+  if (!rc) rc = fill_bound(c, b, tmpl, 0, key, err, errn);
+  if (rc == IDEM_RANGE)
+    snprintf(err, errn,
+             "the header %.100s of tool %.100s is longer than %zu bytes "
+             "(its name, \": \" and its value): the request was not sent",
+             name, tool ? tool : "(none)", IDEM__HTTP_MAX_HEADER);
+  else if (rc == IDEM_NOMEM)
+    snprintf(err, errn, "out of memory");
+  return rc;
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *ud) {
-  cli_http_answer *a = ud;
-  size_t len = size * n, room = CLI_HTTP_MAX_BODY - a->body_len;
+  idem__http_answer *a = ud;
+  size_t len = size * n, room = IDEM__HTTP_MAX_BODY - a->body_len;
   char *nb;
   if (len > room) {
     a->truncated = 1;
     len = room;
   }
   if (len) {
-    if (!(nb = realloc(a->body, a->body_len + len + 1))) return 0;
+    if (!(nb = idem__realloc(a->body, a->body_len + len + 1))) return 0;
     a->body = nb;
     memcpy(a->body + a->body_len, p, len);
     a->body_len += len;
@@ -304,12 +249,22 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud) {
   return size * n; /* keep reading (and discarding) past the limit */
 }
 
-int cli_http_request(const idem__http_rule *h, const char *tool,
-                     const char *key, const char *args, size_t args_len,
-                     long long timeout_ms, cli_http_answer *a) {
-  struct curl_slist *hdrs = NULL, *nh;
-  char *url, cerr[CURL_ERROR_SIZE];
-  idem__buf line;
+/* Append a header line to *hdrs; -1 when memory ran out. */
+static int add_header(struct curl_slist **hdrs, const char *line) {
+  struct curl_slist *nh = curl_slist_append(*hdrs, line);
+  if (!nh) return -1;
+  *hdrs = nh;
+  return 0;
+}
+
+int idem__http_request(const idem__http_rule *h, const char *tool,
+                       const char *key, const char *args, size_t args_len,
+                       long long timeout_ms, idem__http_answer *a) {
+  struct curl_slist *hdrs = NULL;
+  char cerr[CURL_ERROR_SIZE];
+  idem_canon *c = NULL;
+  idem__buf url, line;
+  const char *why;
   CURL *e = NULL;
   CURLcode rc;
   curl_off_t sent = 0;
@@ -317,44 +272,48 @@ int cli_http_request(const idem__http_rule *h, const char *tool,
   int failed = 0;
 
   memset(a, 0, sizeof *a);
-  if (cli_http_load(a->error, sizeof a->error)) {
+  if ((why = idem__http_missing()) != NULL) {
+    snprintf(a->error, sizeof a->error, "%s", why);
     a->outcome = IDEM_OUTCOME_NOT_APPLIED; /* nothing sent; may work later */
     return -1;
   }
   a->outcome = IDEM_OUTCOME_REJECTED;
-  url =
-      cli_http_fill(h->url, 1, args, args_len, key, a->error, sizeof a->error);
-  if (!url) return -1;
+  idem__buf_init(&url, IDEM__HTTP_MAX_FILLED);
   idem__buf_init(&line, 0);
+  if (idem_canon_open(&c) != IDEM_OK) goto nomem;
+  if (bind_args(c, args, args_len, a->error, sizeof a->error)) goto fail;
+  switch (fill_bound(c, &url, h->url, 1, key, a->error, sizeof a->error)) {
+  case IDEM_OK: break;
+  case IDEM_RANGE:
+    snprintf(a->error, sizeof a->error,
+             "the URL of tool %.100s filled is longer than %zu bytes: the "
+             "request was not sent",
+             tool ? tool : "(none)", IDEM__HTTP_MAX_FILLED - 1);
+    goto fail;
+  case IDEM_NOMEM: goto nomem;
+  default: goto fail;
+  }
   for (i = 0; i < h->nheaders; i++) {
-    if (header_line(&line, tool, h->hname[i], h->hvalue[i], args, args_len, key,
-                    a->error, sizeof a->error))
+    if (header_line(c, &line, tool, h->hname[i], h->hvalue[i], key, a->error,
+                    sizeof a->error))
       goto fail;
-    if (!(nh = curl_slist_append(hdrs, line.p))) goto nomem;
-    hdrs = nh;
+    if (add_header(&hdrs, line.p)) goto nomem;
   }
   if (h->key_header && key) {
-    if (header_line(&line, tool, h->key_header, "{$key}", NULL, 0, key,
-                    a->error, sizeof a->error))
+    if (header_line(c, &line, tool, h->key_header, "{$key}", key, a->error,
+                    sizeof a->error))
       goto fail;
-    if (!(nh = curl_slist_append(hdrs, line.p))) goto nomem;
-    hdrs = nh;
+    if (add_header(&hdrs, line.p)) goto nomem;
   }
-  idem__buf_free(&line);
-  if (h->send_body) {
-    if (!(nh = curl_slist_append(hdrs, "Content-Type: application/json")))
-      goto nomem;
-    hdrs = nh;
-  }
-  if (!(nh = curl_slist_append(hdrs, "Accept: application/json"))) goto nomem;
-  hdrs = nh;
+  if (h->send_body && add_header(&hdrs, "Content-Type: application/json"))
+    goto nomem;
+  if (add_header(&hdrs, "Accept: application/json")) goto nomem;
   /* no "Expect: 100-continue" round trip for large bodies */
-  if (!(nh = curl_slist_append(hdrs, "Expect:"))) goto nomem;
-  hdrs = nh;
+  if (add_header(&hdrs, "Expect:")) goto nomem;
 
   if (!(e = curl_easy_init())) goto nomem;
   cerr[0] = '\0';
-  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_URL, url.p);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
@@ -385,26 +344,34 @@ int cli_http_request(const idem__http_rule *h, const char *tool,
         rc == CURLE_COULDNT_CONNECT)
       sent = 0;
   }
-  cli_http_classify(h, sent > 0, failed,
-                    failed ? (*cerr ? cerr : curl_easy_strerror(rc)) : NULL, a);
+  idem__http_classify(h, sent > 0, failed,
+                      failed ? (*cerr ? cerr : curl_easy_strerror(rc)) : NULL,
+                      a);
   curl_easy_cleanup(e);
   curl_slist_free_all(hdrs);
-  free(url);
+  idem__buf_free(&url);
+  idem__buf_free(&line);
+  idem_canon_close(c);
   return 0;
 nomem:
   snprintf(a->error, sizeof a->error, "out of memory");
 fail:
-  idem__buf_free(&line);
-  curl_easy_cleanup(e);
   curl_slist_free_all(hdrs);
-  free(url);
+  idem__buf_free(&url);
+  idem__buf_free(&line);
+  idem_canon_close(c);
+  idem__http_answer_free(a);
   a->outcome = IDEM_OUTCOME_REJECTED;
   return -1;
 }
-
-void cli_http_answer_free(cli_http_answer *a) {
-  if (!a) return;
-  free(a->body);
-  a->body = NULL;
-  a->body_len = 0;
+#else
+int idem__http_request(const idem__http_rule *h, const char *tool,
+                       const char *key, const char *args, size_t args_len,
+                       long long timeout_ms, idem__http_answer *a) {
+  (void)h, (void)tool, (void)key, (void)args, (void)args_len, (void)timeout_ms;
+  memset(a, 0, sizeof *a);
+  snprintf(a->error, sizeof a->error, "%s", idem__http_missing());
+  a->outcome = IDEM_OUTCOME_NOT_APPLIED; /* nothing sent */
+  return -1;
 }
+#endif

@@ -619,4 +619,18 @@ int idem__tmpl_text(const idem_canon *c, idem__buf *b, const char *tmpl,
 int idem__tmpl_json(const idem_canon *c, idem__buf *b, const char *tmpl,
                     const char *key);
 
+/* ---- guard.c, for run.c (HTTP tools) -------------------------------------- */
+
+/* The policy of g (NULL: every tool guarded with the defaults);
+** IDEM_MISUSE when g is not a guard. */
+int idem__guard_policy(const idem_guard *g, const idem_policy **p);
+/* The guard s belongs to, or NULL when s is not a step. */
+idem_guard *idem__step_guard(const idem_step *s);
+/* Set g's message (idem_guard_errmsg) and return rc. */
+int idem__guard_fail(idem_guard *g, int rc, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 #endif /* IDEM_INT_H */
