@@ -47,6 +47,11 @@ void cli_print_help(FILE *f);
 
 /* ---- util.c ---------------------------------------------------------------- */
 
+/* Milliseconds of CLOCK_MONOTONIC, for the command's deadlines and waits. */
+long long cli_mono_ms(void);
+/* Sleep ms milliseconds, through signals. */
+void cli_sleep_ms(long long ms);
+
 /* Parse a decimal size option value in [lo, hi]; 0 on success. */
 int cli_parse_size(const char *opt, const char *s, size_t lo, size_t hi,
                    size_t *out);

@@ -4,47 +4,27 @@
 **   idem call --policy FILE [--log URL] --session S --call C --tool T
 **             [--args JSON|-] [--verbose]
 **
-** The tool's "http" rule says the request (docs/POLICY.md); its status
-** check, when the policy names a status tool with an "http" rule, is an
-** HTTP request too.  Prints the envelope (SPEC §7) and exits as `idem exec`
-** does (SPEC §9).  --verbose tells each attempt and check on stderr.
+** The library runs the tool (idem_guard_run): the request its "http" rule
+** says (docs/POLICY.md), retries, and the status check when the policy's
+** status tool is an HTTP tool too.  A status command (idem exec's) is run
+** here, through the check hook.  Prints the envelope (SPEC §7) and exits
+** as `idem exec` does (SPEC §9).  --verbose tells each attempt and check
+** on stderr.
 */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli.h"
-#include "http.h"
-#include "idemInt.h"
+#include "run/run.h"
 
 typedef struct call_ctx {
-  const idem__tool_rule *rule;
+  const idem_call *call;
   int verbose;
+  char *check_result; /* the check hook's last result (it lends it) */
 } call_ctx;
-
-static int http_attempt(void *ctx, idem_step *s, int *outcome, char **result,
-                        char *error, size_t errn) {
-  const call_ctx *x = ctx;
-  cli_http_answer a;
-  size_t alen;
-  const char *args = idem_step_args(s, &alen);
-  cli_http_request(&x->rule->http, x->rule->name, idem_step_key(s), args, alen,
-                   idem_step_deadline_ms(s), &a);
-  *outcome = a.outcome;
-  *result = NULL;
-  /* a response, whatever it says, ends the exchange: nothing of this
-  ** attempt can land later (SPEC §6a); a timeout or a reset may */
-  if (a.status != 0) idem_step_attempt_ended(s);
-  if ((a.outcome == IDEM_OUTCOME_APPLIED ||
-       a.outcome == IDEM_OUTCOME_REJECTED) &&
-      a.body_len) {
-    *result = a.body;
-    a.body = NULL;
-  }
-  snprintf(error, errn, "%s", a.error);
-  cli_http_answer_free(&a);
-  return 0;
-}
 
 static const char *outcome_name(int o) {
   switch (o) {
@@ -55,21 +35,65 @@ static const char *outcome_name(int o) {
   }
 }
 
-static void tell_attempt(void *ctx, const idem_step *s, int outcome,
-                         const char *error) {
+static void tell_attempt(void *ctx, const idem_run_event *ev) {
   const call_ctx *x = ctx;
   if (!x->verbose) return;
-  fprintf(stderr, "idem: %s %s, attempt %d: %s%s%s\n", x->rule->http.method,
-          x->rule->name, idem_step_attempt(s), outcome_name(outcome),
-          *error ? " - " : "", error);
+  fprintf(stderr, "idem: %s %s, attempt %d: %s%s%s\n", ev->method, ev->tool,
+          ev->attempt, outcome_name(ev->outcome), *ev->error ? " - " : "",
+          ev->error);
 }
 
-static void tell_check(void *ctx, const idem_step *s, int outcome) {
+static void tell_check(void *ctx, const idem_run_event *ev) {
   const call_ctx *x = ctx;
   if (!x->verbose) return;
-  fprintf(stderr, "idem: status check %s of key %s: %s\n",
-          idem_step_check_tool(s) ? idem_step_check_tool(s) : "(command)",
-          idem_step_check_key(s), outcome_name(outcome));
+  fprintf(stderr, "idem: status check %s of key %s: %s%s%s\n", ev->tool,
+          ev->key, outcome_name(ev->outcome), *ev->error ? " - " : "",
+          ev->error);
+}
+
+/* A status check the library does not make: the policy's status command
+** (a status tool without an "http" rule cannot be called from here). */
+static int check_other(void *ctx, const idem_step *s, const char **result,
+                       size_t *len) {
+  call_ctx *x = ctx;
+  const char *cmd = idem_step_check_command(s);
+  char *out = NULL;
+  size_t n = 0;
+  int outcome = IDEM_OUTCOME_UNKNOWN;
+  free(x->check_result);
+  x->check_result = NULL;
+  if (cmd) {
+    outcome = cli_status_check(s, cmd, x->call->session, x->call->call_id,
+                               x->call->tool, &out, &n);
+    if (outcome == IDEM_OUTCOME_APPLIED) x->check_result = cli_result_json(out, n);
+    free(out);
+  }
+  if (x->verbose)
+    fprintf(stderr, "idem: status check %s of key %s: %s\n",
+            cmd ? "(command)" : idem_step_check_tool(s), idem_step_check_key(s),
+            outcome_name(outcome));
+  *result = x->check_result;
+  *len = x->check_result ? strlen(x->check_result) : 0;
+  return outcome;
+}
+
+/* The exit status of the envelope's answer (SPEC §9). */
+static int exit_for_envelope(const char *env, size_t len) {
+  json_error_t err;
+  json_t *o = json_loadb(env, len, 0, &err);
+  const char *st = json_string_value(json_object_get(o, "status"));
+  int a, code = EXIT_FAIL;
+  for (a = IDEM_ANSWER_SUCCEEDED; st && a <= IDEM_ANSWER_INVALID_ARGUMENTS; a++)
+    if (strcmp(st, idem_answer_name(a)) == 0) code = cli_exit_for(a);
+  json_decref(o);
+  return code;
+}
+
+static int no_http(const char *policy_path, const char *tool) {
+  cli_err("%s: the tool %s has no \"http\" rule; idem call makes HTTP "
+          "calls (run a command with idem exec)",
+          policy_path, tool);
+  return EXIT_USAGE;
 }
 
 int cmd_call(int argc, char **argv) {
@@ -86,15 +110,13 @@ int cmd_call(int argc, char **argv) {
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *args = "{}";
   idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL};
-  char *stdin_args = NULL;
+  idem_run_hooks hooks;
+  char *stdin_args = NULL, *env = NULL;
   idem_policy *policy = NULL;
   idem_guard *g = NULL;
-  idem_step *s = NULL;
-  idem__tool_rule scratch;
-  call_ctx x = {NULL, 0};
-  char missing[400];
-  cli_driver d;
-  int ch, code = EXIT_FAIL;
+  call_ctx x = {NULL, 0, NULL};
+  size_t len;
+  int ch, rc, code = EXIT_FAIL;
 
   while ((ch = getopt_long(argc, argv, ":hv", opts, NULL)) != -1) {
     switch (ch) {
@@ -123,35 +145,35 @@ int cmd_call(int argc, char **argv) {
     code = EXIT_DATA;
     goto out;
   }
-  x.rule = idem__policy_rule(policy, call.tool, &scratch);
-  if (x.rule->cls != IDEM_CLASS_REFUSED && !x.rule->has_http) {
-    cli_err("%s: the tool %s has no \"http\" rule; idem call makes HTTP "
-            "calls (run a command with idem exec)",
-            policy_path, call.tool);
-    code = EXIT_USAGE;
+  if (idem_policy_class(policy, call.tool) != IDEM_CLASS_REFUSED &&
+      !idem_policy_http(policy, call.tool)) {
+    code = no_http(policy_path, call.tool); /* before any log is opened */
     goto out;
   }
-  /* libcurl before the guard begins: without it no record is written (the
-  ** call can be made again once it is installed) */
-  if (x.rule->has_http && cli_http_load(missing, sizeof missing)) {
-    cli_err("%s; nothing was sent", missing);
-    goto out;
-  }
-  if (idem_guard_open(log, policy, &g) != IDEM_OK ||
-      idem_guard_begin(g, &call, &s) != IDEM_OK) {
+  if (idem_guard_open(log, policy, &g) != IDEM_OK) {
     cli_err("%s; nothing was sent", idem_guard_errmsg(g));
     goto out;
   }
-  memset(&d, 0, sizeof d);
-  d.execute = http_attempt;
-  d.on_attempt = tell_attempt;
-  d.on_check = tell_check;
-  d.ctx = &x;
-  d.policy = policy;
-  d.call = &call;
-  code = cli_drive(g, s, &d);
+  x.call = &call;
+  memset(&hooks, 0, sizeof hooks);
+  hooks.size = sizeof hooks;
+  hooks.ctx = &x;
+  hooks.on_attempt = tell_attempt;
+  hooks.on_check = tell_check;
+  hooks.check = check_other;
+  rc = idem_guard_run(g, &call, &hooks, &env, &len);
+  if (rc == IDEM_POLICY) { /* a tool without an "http" rule: nothing ran */
+    code = no_http(policy_path, call.tool);
+  } else if (rc != IDEM_OK) {
+    cli_err("%s", idem_guard_errmsg(g));
+  } else {
+    fwrite(env, 1, len, stdout);
+    fputc('\n', stdout);
+    code = cli_flush() != EXIT_OK ? EXIT_FAIL : exit_for_envelope(env, len);
+  }
 out:
-  idem_step_free(s);
+  idem_free(env);
+  free(x.check_result);
   idem_guard_close(g);
   idem_policy_free(policy);
   free(stdin_args);

@@ -34,8 +34,6 @@
 
 #include "cli.h"
 #include "run/run.h"
-#include "http.h"
-#include "idemInt.h"
 
 extern char **environ;
 
@@ -58,12 +56,6 @@ static int remove_one(const char *path, const struct stat *st, int type,
   (void)st, (void)type, (void)ftw;
   remove(path);
   return 0;
-}
-
-static long long mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- telling ------------------------------------------------------------------ */
@@ -145,7 +137,7 @@ static int sim_start(demo *d) {
                   d->portfile,    (char *)"--stall-ms",
                   (char *)"3000", NULL};
   posix_spawn_file_actions_t fa;
-  long long until = mono_ms() + 10000;
+  long long until = cli_mono_ms() + 10000;
   int rc;
   snprintf(port, sizeof port, "%d", d->port);
   unlink(d->portfile);
@@ -161,7 +153,7 @@ static int sim_start(demo *d) {
     d->sim = 0;
     return -1;
   }
-  while (mono_ms() < until) {
+  while (cli_mono_ms() < until) {
     int st, p = read_port(d->portfile);
     if (p > 0) {
       d->port = p;
@@ -172,7 +164,7 @@ static int sim_start(demo *d) {
       d->sim = 0;
       return -1;
     }
-    idem__sleep_ms(20);
+    cli_sleep_ms(20);
   }
   cli_err("the simulator did not start listening within 10 s; see %s",
           d->simlog);
@@ -181,14 +173,14 @@ static int sim_start(demo *d) {
 
 /* Wait up to ms for the provider to end; 1 when it has (reaped). */
 static int sim_reap(demo *d, int ms, int *status) {
-  long long until = mono_ms() + ms;
+  long long until = cli_mono_ms() + ms;
   while (d->sim > 0) {
     if (waitpid(d->sim, status, WNOHANG) == d->sim) {
       d->sim = 0;
       return 1;
     }
-    if (mono_ms() >= until) return 0;
-    idem__sleep_ms(10);
+    if (cli_mono_ms() >= until) return 0;
+    cli_sleep_ms(10);
   }
   return 1;
 }
@@ -205,30 +197,47 @@ static void sim_stop(demo *d) {
 
 /* POST /_mode: how the provider misbehaves on the next count refunds (0:
 ** until changed); dedupe 0 or 1 turns its dedupe on the key off or on
-** (-1: as it is). */
+** (-1: as it is).  The control endpoint is a tool too: a read_only HTTP
+** tool of a small policy of the demo's own, run in this process by the
+** library (idem_guard_run) - the public API, the same executor as every
+** refund of the story; a read_only call records nothing in the log. */
 static int sim_mode_ex(demo *d, const char *mode, int count, int dedupe) {
-  idem__http_rule h;
-  cli_http_answer a;
-  char url[64], body[128];
-  int ok;
-  memset(&h, 0, sizeof h);
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/_mode", d->port);
-  {
-    char cnt[32] = "";
-    if (count > 0) snprintf(cnt, sizeof cnt, ",\"count\":%d", count);
-    snprintf(body, sizeof body, "{\"mode\":\"%s\"%s%s}", mode, cnt,
-             dedupe < 0   ? ""
-             : dedupe > 0 ? ",\"dedupe\":true"
-                          : ",\"dedupe\":false");
-  }
-  h.method = (char *)"POST";
-  h.url = url;
-  h.send_body = 1;
-  h.on_409 = h.on_429 = h.on_5xx = IDEM_OUTCOME_UNKNOWN;
-  cli_http_request(&h, "_mode", NULL, body, strlen(body), 5000, &a);
-  ok = a.status == 200;
-  if (!ok) cli_err("the simulator refused mode %s: %s", mode, a.error);
-  cli_http_answer_free(&a);
+  char policy[256], args[128], cnt[32] = "", call_id[32], *env = NULL;
+  static int n;
+  idem_policy *p = NULL;
+  idem_guard *g = NULL;
+  idem_call call;
+  size_t len = 0;
+  int ok = 0;
+  snprintf(policy, sizeof policy,
+           "{\"tools\": {\"paysim_mode\": {\"class\": \"read_only\", "
+           "\"timeout_ms\": 5000, \"retries\": 0, \"http\": {\"method\": "
+           "\"POST\", \"url\": \"http://127.0.0.1:%d/_mode\"}}}}",
+           d->port);
+  if (count > 0) snprintf(cnt, sizeof cnt, ",\"count\":%d", count);
+  snprintf(args, sizeof args, "{\"mode\":\"%s\"%s%s}", mode, cnt,
+           dedupe < 0   ? ""
+           : dedupe > 0 ? ",\"dedupe\":true"
+                        : ",\"dedupe\":false");
+  snprintf(call_id, sizeof call_id, "mode_%d", ++n);
+  memset(&call, 0, sizeof call);
+  call.size = sizeof call;
+  call.session = "demo_control";
+  call.call_id = call_id;
+  call.tool = "paysim_mode";
+  call.args = args;
+  call.args_len = strlen(args);
+  if (idem_policy_parse(policy, strlen(policy), "the demo's control policy",
+                        &p) != IDEM_OK)
+    cli_err("%s", p ? idem_policy_errmsg(p) : "out of memory");
+  else if (idem_guard_open(d->log, p, &g) != IDEM_OK ||
+           idem_guard_run(g, &call, NULL, &env, &len) != IDEM_OK)
+    cli_err("the simulator's mode %s: %s", mode, idem_guard_errmsg(g));
+  else if (!(ok = strstr(env, "\"status\":\"succeeded\"") != NULL))
+    cli_err("the simulator refused mode %s: %.*s", mode, (int)len, env);
+  idem_free(env);
+  idem_guard_close(g);
+  idem_policy_free(p);
   return ok ? 0 : -1;
 }
 
@@ -559,18 +568,18 @@ static void story(demo *d) {
        "unknown.");
   if (sim_mode_ex(d, "late", 1, 0)) d->failures++;
   {
-    long long t0 = mono_ms();
+    long long t0 = cli_mono_ms();
     int n = 0;
     harness_tool(d, LEGACY, "toolu_06", A5, NULL, st, sizeof st);
     expect(d, strcmp(st, "outcome_unknown") == 0,
            "outcome_unknown, and nothing sent again (got %s)", st);
     check_ledger(d, "ord_1004", 0, "(not yet: the provider still holds it)");
-    while (mono_ms() - t0 < 15000 &&
+    while (cli_mono_ms() - t0 < 15000 &&
            (n = ledger_count(d, "ord_1004", NULL, NULL, 0)) == 0)
-      idem__sleep_ms(50);
+      cli_sleep_ms(50);
     printf("   %.1f s after it was sent, the provider applies the held "
            "refund.\n",
-           (double)(mono_ms() - t0) / 1000);
+           (double)(cli_mono_ms() - t0) / 1000);
     check_ledger(d, "ord_1004", 1, "(it landed after the timeout)");
   }
   wrap(3, "The model re-issues the refund under a new call id, toolu_07. "
@@ -606,9 +615,8 @@ int cmd_demo(int argc, char **argv) {
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   const char *paysim = NULL, *tmp = getenv("TMPDIR");
-  char missing[400];
   demo d;
-  long long t0 = mono_ms();
+  long long t0 = cli_mono_ms();
   ssize_t n;
   int ch, keep = 0, color = isatty(1) && !getenv("NO_COLOR");
 
@@ -625,8 +633,8 @@ int cmd_demo(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage("demo", "too many arguments");
   memset(&d, 0, sizeof d);
-  if (cli_http_load(missing, sizeof missing)) { /* the demo is HTTP calls */
-    cli_err("%s", missing);
+  if (idem_http_missing()) { /* the demo is HTTP calls */
+    cli_err("%s", idem_http_missing());
     return EXIT_FAIL;
   }
   d.b = color ? "\033[1m" : "";
@@ -678,7 +686,7 @@ int cmd_demo(int argc, char **argv) {
   if (d.failures == 0)
     printf("%s%sEvery step as expected: each refund applied exactly once, "
            "the goodwill refund too.%s (%.1f s)\n",
-           d.b, d.g, d.n, (double)(mono_ms() - t0) / 1000);
+           d.b, d.g, d.n, (double)(cli_mono_ms() - t0) / 1000);
   else
     printf("%s%s%d step%s did not go as expected.%s Files kept in %s\n", d.b,
            d.r, d.failures, d.failures == 1 ? "" : "s", d.n, d.dir);

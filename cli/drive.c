@@ -9,8 +9,6 @@
 
 #include "cli.h"
 #include "run/run.h"
-#include "http.h"
-#include "idemInt.h"
 
 int cli_call_input(const char *verb, const char *args, idem_call *call,
                    char **owned) {
@@ -62,32 +60,21 @@ int cli_exit_for(int answer) {
   }
 }
 
-/* The status tool of the policy, called over HTTP. */
-static int check_http(const idem_policy *p, idem_step *s, char **result) {
-  idem__tool_rule scratch;
-  const idem__tool_rule *st;
-  const char *tool = idem_step_check_tool(s), *args;
-  cli_http_answer a;
-  size_t alen;
+/* The status tool of the policy, called over HTTP by the library; a
+** check that could not be made says why on stderr (the action stays in
+** doubt). */
+static int check_http(idem_step *s, char **result) {
+  char *res = NULL, *why = NULL;
+  size_t len;
   int outcome = IDEM_OUTCOME_UNKNOWN;
-  st = idem__policy_rule(p, tool, &scratch);
-  if (st == &scratch || !st->has_http) return outcome;
-  args = idem_step_check_args(s, &alen);
-  if (cli_http_load(a.error, sizeof a.error)) { /* say why it stays unknown */
-    cli_err("status check %s: %s", tool, a.error);
-    return outcome;
-  }
-  if (cli_http_request(&st->http, tool, idem_step_check_key(s), args, alen,
-                       idem_step_deadline_ms(s), &a) != 0)
-    cli_err("status check %s: %s", tool, a.error); /* nothing sent */
-  else if (a.status >= 200 && a.status <= 299 && !a.truncated) {
-    outcome = idem_step_check_verdict(s, a.body, a.body_len);
-    if (outcome == IDEM_OUTCOME_APPLIED && a.body) {
-      *result = a.body;
-      a.body = NULL;
-    }
-  }
-  cli_http_answer_free(&a);
+  if (idem_step_check_http(s, &outcome, &res, &len, &why) != IDEM_OK)
+    return IDEM_OUTCOME_UNKNOWN; /* not an HTTP tool: nothing to call */
+  if (outcome == IDEM_OUTCOME_APPLIED && res && !(*result = strdup(res)))
+    outcome = IDEM_OUTCOME_UNKNOWN;
+  if (outcome == IDEM_OUTCOME_UNKNOWN && why)
+    cli_err("status check %s: %s", idem_step_check_tool(s), why);
+  idem_free(res);
+  idem_free(why);
   return outcome;
 }
 
@@ -104,7 +91,8 @@ int cli_check(const idem_policy *p, idem_step *s, const char *cmd,
     free(out);
     return outcome;
   }
-  if (idem_step_check_tool(s)) return check_http(p, s, result);
+  (void)p;
+  if (idem_step_check_tool(s)) return check_http(s, result);
   return IDEM_OUTCOME_UNKNOWN;
 }
 
@@ -114,7 +102,7 @@ int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d) {
   for (;;) {
     switch (idem_step_next(s)) {
     case IDEM_NEXT_EXECUTE:
-      idem__sleep_ms(idem_step_delay_ms(s));
+      cli_sleep_ms(idem_step_delay_ms(s));
       error[0] = '\0';
       if (d->execute(d->ctx, s, &outcome, &result, error, sizeof error)) {
         cli_err("cannot run the tool: %s", error[0] ? error : strerror(errno));
@@ -131,7 +119,7 @@ int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d) {
       rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
       break;
     case IDEM_NEXT_WAIT:
-      idem__sleep_ms(idem_step_delay_ms(s));
+      cli_sleep_ms(idem_step_delay_ms(s));
       rc = idem_step_poll(s);
       break;
     case IDEM_NEXT_ANSWER: {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -115,6 +116,23 @@ int cli_flush(void) {
 static int hidden_cp(unsigned long c) {
   return (c >= 0x80 && c <= 0x9F) || c == 0x200E || c == 0x200F ||
          (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069);
+}
+
+/* ---- time ------------------------------------------------------------------- */
+
+long long cli_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void cli_sleep_ms(long long ms) {
+  struct timespec ts;
+  if (ms <= 0) return;
+  ts.tv_sec = (time_t)(ms / 1000);
+  ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
 }
 
 /* ---- output buffers (buf.c has the buffer itself) ------------------------------ */

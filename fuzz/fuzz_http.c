@@ -1,6 +1,7 @@
 /*
-** fuzz_http.c - libFuzzer target for the handling of HTTP answers (cli/http.c)
-** and of status results (src/verdict.c).
+** fuzz_http.c - libFuzzer target for the handling of HTTP answers (the
+** library's src/http.c), of status results (src/verdict.c), and of the
+** templates an HTTP tool fills from its arguments (src/template.c).
 **
 ** Input: byte 0 flags (bit 0: the request was sent; bit 1: the transfer
 ** failed; bits 2-7: the policy's on_409/on_429/on_5xx), bytes 1-2 the HTTP
@@ -9,13 +10,14 @@
 ** status is not applied when nothing was sent and unknown otherwise; the
 ** message is one line.  The body, as a status tool's result, is judged
 ** under both applied_when forms; as the arguments of a call, it fills a URL
-** (nothing left unencoded) and a header value (no line break).
+** (nothing left unencoded) and a header value (no line break), or fails
+** saying why.
 */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cli/http.h"
+#include "http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -28,8 +30,9 @@ static int pick(unsigned bits) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   idem__http_rule h;
   idem__status_rule s;
-  cli_http_answer a;
-  char err[512], *out;
+  idem__http_answer a;
+  idem__buf out;
+  char err[512];
   const char *p;
   int o;
   if (size < 3) return 0;
@@ -40,11 +43,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(&a, 0, sizeof a);
   a.status = (long)(data[1] << 8 | data[2]);
   a.body_len = size - 3;
-  if (!(a.body = malloc(a.body_len + 1))) return 0;
+  if (!(a.body = idem__malloc(a.body_len + 1))) return 0;
   memcpy(a.body, data + 3, a.body_len);
   a.body[a.body_len] = '\0';
 
-  cli_http_classify(&h, data[0] & 1, data[0] & 2, "transport error", &a);
+  idem__http_classify(&h, data[0] & 1, data[0] & 2, "transport error", &a);
   if (a.outcome < IDEM_OUTCOME_APPLIED || a.outcome > IDEM_OUTCOME_UNKNOWN)
     abort();
   if (a.status >= 200 && a.status <= 299 && a.outcome != IDEM_OUTCOME_APPLIED)
@@ -72,22 +75,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       o != IDEM_OUTCOME_UNKNOWN)
     abort();
 
-  out = cli_http_fill("http://127.0.0.1/v1/{order_id}?k={$key}&a={a}", 1,
-                      a.body, a.body_len, "s:c:0123", err, sizeof err);
-  if (out) {
-    for (p = out; *p; p++)
+  idem__buf_init(&out, 0);
+  if (idem__http_fill(&out, "http://127.0.0.1/v1/{order_id}?k={$key}&a={a}", 1,
+                      a.body, a.body_len, "s:c:0123", err, sizeof err) ==
+      IDEM_OK) {
+    for (p = out.p; *p; p++)
       if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '{' || *p == '}')
         abort();
-    free(out);
   } else if (!err[0]) {
     abort();
   }
-  out = cli_http_fill("Bearer {a}", 0, a.body, a.body_len, NULL, err,
-                      sizeof err);
-  if (out) {
-    if (strchr(out, '\n') || strchr(out, '\r')) abort();
-    free(out);
+  if (idem__http_fill(&out, "Bearer {a}", 0, a.body, a.body_len, NULL, err,
+                      sizeof err) == IDEM_OK) {
+    if (strchr(out.p, '\n') || strchr(out.p, '\r')) abort();
+  } else if (!err[0]) {
+    abort();
   }
-  cli_http_answer_free(&a);
+  idem__buf_free(&out);
+  idem__http_answer_free(&a);
   return 0;
 }

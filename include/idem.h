@@ -744,6 +744,131 @@ IDEM_API int idem_process_group_empty(long long pgid);
 ** this point: the named crash points of the torture suite (SPEC §11), for
 ** executors that take part in it.  Does nothing otherwise. */
 IDEM_API void idem_crash_point(const char *name);
+/* ---------------------------------------------------------------------------
+** HTTP tools (docs/POLICY.md, "http"): the library runs them itself.
+**
+** A tool whose policy entry has an "http" rule is a request libidem makes
+** with libcurl: the policy's method and URL, its headers, the key in
+** Idempotency-Key (or the rule's key_header), the canonical arguments as
+** the JSON body.  In the URL and the header values, "{name}" is the call's
+** argument `name` in its canonical RFC 8785 text - a string as its
+** characters, a number as its canonical form (0.1 is 0.1, 1e21 is 1e+21) -
+** percent-encoded in the URL; "{$key}" is the key, "{$env:NAME}" an
+** environment variable.  The answer decides the outcome: a refused
+** connection not applied; a timeout or a reset after sending unknown; 2xx
+** applied (the body is the result); 409, 429 and 5xx as the rule's on_409,
+** on_429, on_5xx (unknown by default); other 4xx rejected.
+**
+** libcurl is loaded on first use (dlopen of libcurl.so.4, or the file
+** $IDEM_LIBCURL names), not linked.  A libidem built without HTTP support
+** (the CMake option IDEM_HTTP off, which is the default only when libcurl's
+** headers are missing) has these functions all the same: they fail, saying
+** so, before anything is recorded or sent.
+**
+** idem_run_hooks follows the ABI rule (size first); idem_run_event, which
+** the library fills, begins with size too, set by the library: fields
+** past it are absent.
+*/
+
+/* NULL when this process can run HTTP tools (libidem was built with HTTP
+** support, and libcurl loads: the first call loads it), else a sentence
+** saying why not ("HTTP tools need libcurl (...); install the package
+** libcurl4", or that this libidem was built without HTTP support).  Static
+** storage, unchanged for the life of the process; thread-safe. */
+IDEM_API const char *idem_http_missing(void);
+
+/* 1 when tool has an "http" rule under policy p (idem_guard_run can run
+** it), else 0.  A loaded policy is read-only: thread-safe. */
+IDEM_API int idem_policy_http(const idem_policy *p, const char *tool);
+
+/* One attempt of an HTTP tool, or one status check over HTTP, as the hooks
+** of idem_guard_run see it.  Every pointer is borrowed for the duration of
+** the hook's call. */
+typedef struct idem_run_event {
+  size_t size;        /* sizeof the struct the library filled          */
+  const char *tool;   /* the tool requested: the call's, or the status  */
+                      /* tool for a check                               */
+  const char *method; /* "POST", "GET", ...; "" when none was made      */
+  const char *key;    /* the idempotency key sent (a check: the key of  */
+                      /* the action under check)                        */
+  int attempt;        /* the attempt number, 1, 2, ... (a check: the    */
+                      /* attempts of the action so far)                 */
+  int outcome;        /* enum idem_outcome: what this attempt or check  */
+                      /* says                                           */
+  long http_status;   /* the HTTP status answered, 0 when none came     */
+  const char *error;  /* why, in words ("HTTP 503 (unknown): ...",      */
+                      /* "... (nothing was sent)"); "" when all is well */
+} idem_run_event;
+
+/* What idem_guard_run tells its caller as it goes; every member may be
+** NULL.  Zero-initialize it and set size = sizeof(idem_run_hooks). */
+typedef struct idem_run_hooks {
+  size_t size; /* sizeof(idem_run_hooks), set by the caller */
+  void *ctx;   /* passed to every hook                      */
+  /* After each attempt of the tool, before its outcome is recorded. */
+  void (*on_attempt)(void *ctx, const idem_run_event *ev);
+  /* After each status check made over HTTP. */
+  void (*on_check)(void *ctx, const idem_run_event *ev);
+  /* A status check the library cannot make itself: the policy's status
+  ** command (idem exec's), or a status tool without an "http" rule.  The
+  ** hook makes it and returns its outcome (enum idem_outcome: APPLIED,
+  ** NOT_APPLIED, or UNKNOWN when the check failed); for APPLIED it may set
+  ** *result to the status tool's answer (JSON text of *result_len bytes),
+  ** which stays the hook's and must stay valid until the hook is called
+  ** again or idem_guard_run returns (keep it in ctx).  NULL: such a check
+  ** is not made, and the action stays in doubt (the model is told
+  ** outcome_unknown, with the check to make). */
+  int (*check)(void *ctx, const idem_step *s, const char **result,
+               size_t *result_len);
+} idem_run_hooks;
+
+/*
+** Guard one call of an HTTP tool end to end: decide it (SPEC §6), make its
+** request within the tool's timeout_ms, retry with backoff and the same key
+** as the policy says, reconcile an unknown outcome with the policy's status
+** tool when that is an HTTP tool too, and answer.  A response of any kind
+** ends the attempt (nothing of it can land later, SPEC §6a); a timeout or
+** a reset after sending does not.  read_only and idempotent tools run with
+** nothing recorded (idempotent ones retried); a refused tool answers
+** refused without a request.  *envelope is the answer (SPEC §7), marked
+** delivered: free it with idem_free().  hooks may be NULL.
+**
+** Returns IDEM_OK whenever there is an envelope (whatever its status), or:
+**   IDEM_POLICY  the tool is not refused and has no "http" rule (run it
+**                with idem_guard_call instead);
+**   IDEM_ERROR   HTTP tools cannot run here (idem_http_missing());
+**   IDEM_MISUSE  a NULL argument, a bad handle, hooks->size 0;
+**   an error of the attempt log (IDEM_STORE, IDEM_BUSY, IDEM_NOMEM, ...).
+** In the first three cases nothing was recorded or sent.  The reason is
+** idem_guard_errmsg(g), and names the tool.  *envelope is NULL on failure.
+**
+** Runs on the calling thread (libcurl's own deadline bounds each request:
+** no worker thread), and calls the hooks there.  Many threads may run
+** calls on one guard at once; each call uses its own connection.
+*/
+IDEM_API int idem_guard_run(idem_guard *g, const idem_call *call,
+                            const idem_run_hooks *hooks, char **envelope,
+                            size_t *len);
+
+/*
+** The status check of step s (at IDEM_NEXT_CHECK), when the policy's status
+** tool (idem_step_check_tool) is an HTTP tool: the request with the
+** status arguments (idem_step_check_args) and the key of the action under
+** check, within idem_step_deadline_ms(s), its 2xx answer read by the
+** policy's applied_when.  For front ends that drive steps themselves
+** (`idem recover`, `idem exec` with an HTTP status tool); resolve s with
+** what it says: idem_step_resolve(s, *outcome, *result, *result_len).
+**
+** IDEM_OK and *outcome APPLIED (*result is the status tool's answer),
+** NOT_APPLIED, or UNKNOWN - the check could not be made or answered
+** otherwise; *error then says why (HTTP tools unavailable, a template that
+** cannot be filled, "HTTP 503 ..."), else NULL.  Free *result and *error
+** with idem_free().  IDEM_POLICY when the status tool is none or has no
+** "http" rule (nothing was sent: make the check another way), IDEM_MISUSE
+** when s is not at CHECK.  error may be NULL.
+*/
+IDEM_API int idem_step_check_http(idem_step *s, int *outcome, char **result,
+                                  size_t *result_len, char **error);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
 /*
 ** dl.c - optional libraries, loaded on first use.
 **
-** libpq (the PostgreSQL store) and libcurl (the HTTP tools of the idem
-** command) each pull in some thirty shared libraries of their own -
+** libpq (the PostgreSQL store) and libcurl (the HTTP tools, src/http.c)
+** each pull in some thirty shared libraries of their own -
 ** Kerberos, LDAP, SASL, GnuTLS, nghttp2, libssh2 - which the dynamic
 ** linker would map and relocate at every start of every idem process and
 ** of every program that loads libidem.so, though most of them never open a
@@ -11,7 +11,7 @@
 ** systemd does with its optional libraries, and calls it through a table
 ** of function pointers.
 **
-** The pattern, in each user (store/pg.c, cli/http.c):
+** The pattern, in each user (store/pg.c, http.c):
 **
 **   - an X-macro lists every function the module calls;
 **   - a table (IDEM__DL_TABLE) holds one pointer per function, typed from

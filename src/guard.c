@@ -159,10 +159,14 @@ static int gfail(idem_guard *g, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-static int gfail(idem_guard *g, int rc, const char *fmt, ...) {
+static int gfail_v(idem_guard *g, int rc, const char *fmt, va_list ap)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 0)))
+#endif
+    ;
+static int gfail_v(idem_guard *g, int rc, const char *fmt, va_list ap) {
   pthread_t self = pthread_self();
   err_slot *e;
-  va_list ap;
   if (!g) return rc;
   pthread_mutex_lock(&g->emu);
   if (!(e = err_find(g, self)) && (e = idem__malloc(sizeof *e)) != NULL) {
@@ -171,9 +175,14 @@ static int gfail(idem_guard *g, int rc, const char *fmt, ...) {
     g->errs = e;
   }
   pthread_mutex_unlock(&g->emu);
-  if (!e) return rc; /* no room even for the message */
+  if (e) vsnprintf(e->msg, sizeof e->msg, fmt, ap); /* else no room even */
+  return rc;                                         /* for the message   */
+}
+
+static int gfail(idem_guard *g, int rc, const char *fmt, ...) {
+  va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  rc = gfail_v(g, rc, fmt, ap);
   va_end(ap);
   return rc;
 }
@@ -562,56 +571,25 @@ static idem_record *seize(idem_step *s, idem_record *r, int state, int durable,
 ** pointer into s->c's output) or "null". */
 static void arg_value(idem_step *s, const char *name, size_t n, const char **v,
                       size_t *vlen) {
-  idem_canon *c = s->c;
-  size_t i;
-  *v = "null";
-  *vlen = 4;
-  for (i = 0; i < c->top_members; i++)
-    if (idem__member_is(c, &c->mem[i], name, n)) {
-      *v = c->out.p + c->mem[i].colon + 1;
-      *vlen = c->mem[i].end - c->mem[i].colon - 1;
-      return;
-    }
+  if (!idem__tmpl_arg(s->c, name, n, v, vlen)) {
+    *v = "null";
+    *vlen = 4;
+  }
 }
 
-/* Fill the template of the status arguments: a string "{name}" becomes the
-** value of argument name, "{$key}" the key. */
+/* Fill the template of the status arguments (template.c): a string
+** "{name}" becomes the value of argument name, "{$key}" the key. */
 static int build_check_args(idem_step *s, const char *args, size_t args_len,
                             const char *key) {
-  const char *t = s->rule->status.arguments, *p;
-  idem__canon_opt opt = {0, NULL, 0, 0, 0};
+  const char *t = s->rule->status.arguments;
   idem__buf out;
   int rc;
   idem__free(s->check_args);
   s->check_args = NULL;
   if (!s->rule->has_status || !s->rule->status.tool) return IDEM_OK;
-  if (!t) t = "{}";
-  opt.max_depth = s->c->max_depth;
-  if ((rc = idem__canon_run(s->c, args, args_len, &opt))) return rc;
+  if ((rc = idem__tmpl_args(s->c, args, args_len))) return rc;
   idem__buf_init(&out, s->c->out.cap);
-  for (p = t; *p && !rc;) {
-    if (*p == '"') { /* a string token of the canonical template */
-      const char *q = p + 1;
-      while (*q != '"') q += *q == '\\' ? 2 : 1;
-      if (q - p > 3 && p[1] == '{' && q[-1] == '}' &&
-          !memchr(p, '\\', (size_t)(q - p))) {
-        const char *name = p + 2, *v;
-        size_t n = (size_t)(q - 1 - name), vlen;
-        if (n == 4 && memcmp(name, "$key", 4) == 0) {
-          size_t bad;
-          rc = idem__canon_string(&out, key, strlen(key), &bad);
-        } else {
-          arg_value(s, name, n, &v, &vlen);
-          rc = idem__buf_append(&out, v, vlen);
-        }
-      } else {
-        rc = idem__buf_append(&out, p, (size_t)(q + 1 - p));
-      }
-      p = q + 1;
-    } else {
-      rc = idem__buf_append(&out, p++, 1);
-    }
-  }
+  rc = idem__tmpl_json(s->c, &out, t ? t : "{}", key);
   if (!rc) {
     s->check_args = idem__strndup(out.p, out.len);
     s->check_len = out.len;
@@ -1485,6 +1463,24 @@ int idem_guard_set(idem_guard *g, int option, long long value) {
 
 const char *idem_guard_owner(const idem_guard *g) {
   return g && g->magic == GUARD_MAGIC ? g->owner : NULL;
+}
+
+int idem__guard_policy(const idem_guard *g, const idem_policy **p) {
+  if (!g || g->magic != GUARD_MAGIC) return IDEM_MISUSE;
+  *p = g->policy;
+  return IDEM_OK;
+}
+
+idem_guard *idem__step_guard(const idem_step *s) {
+  return s && s->magic == STEP_MAGIC ? s->g : NULL;
+}
+
+int idem__guard_fail(idem_guard *g, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rc = gfail_v(g, rc, fmt, ap);
+  va_end(ap);
+  return rc;
 }
 
 const char *idem_guard_log(const idem_guard *g) {

@@ -478,4 +478,52 @@ size_t idem__dtoa(double v, char *buf);
 int idem__decimal_to_double(uint64_t m, int e10, int truncated, int neg,
                             double *out);
 
+/* ---- template.c: the policy's templates (one engine) ---------------------- */
+
+/* Canonicalize the arguments args (a JSON object text of len bytes; NULL:
+** {}) into c, for the fills below, which read them out of c until its next
+** use.  IDEM_OK, an IDEM_JSON_* code or IDEM_NOT_OBJECT (the message on c). */
+int idem__tmpl_args(idem_canon *c, const char *args, size_t len);
+
+/* The canonical value of the top-level argument [name, name+n) of the
+** arguments in c (idem__tmpl_args, or any canonicalization of an object):
+** 1 and [*v, *v+*vlen) borrowed from c, or 0 when there is none. */
+int idem__tmpl_arg(const idem_canon *c, const char *name, size_t n,
+                   const char **v, size_t *vlen);
+
+/* How a text template is filled. */
+enum {
+  IDEM__TMPL_URL = 1,   /* arguments and the key percent-encoded        */
+  IDEM__TMPL_HEADER = 2 /* as is; no line break or NUL, from anywhere   */
+};
+
+/* Append text template tmpl, filled, to b: "{name}" is the argument's
+** canonical RFC 8785 text (a string's characters; a number, true, false,
+** null as written canonically), "{$key}" the key (NULL: none), "{$env:NAME}"
+** the environment variable.  IDEM_OK; IDEM_INVALID with the reason in err
+** (a missing argument or variable, an object, a line break in a header);
+** IDEM_RANGE past b's cap; IDEM_NOMEM. */
+int idem__tmpl_text(const idem_canon *c, idem__buf *b, const char *tmpl,
+                    int how, const char *key, char *err, size_t errn);
+
+/* Append the canonical JSON template tmpl (a status tool's "arguments"),
+** filled, to b: a string "{name}" is the argument's canonical value (null
+** when there is none), "{$key}" the key as a JSON string. */
+int idem__tmpl_json(const idem_canon *c, idem__buf *b, const char *tmpl,
+                    const char *key);
+
+/* ---- guard.c, for run.c (HTTP tools) -------------------------------------- */
+
+/* The policy of g (NULL: every tool guarded with the defaults);
+** IDEM_MISUSE when g is not a guard. */
+int idem__guard_policy(const idem_guard *g, const idem_policy **p);
+/* The guard s belongs to, or NULL when s is not a step. */
+idem_guard *idem__step_guard(const idem_step *s);
+/* Set g's message (idem_guard_errmsg) and return rc. */
+int idem__guard_fail(idem_guard *g, int rc, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 #endif /* IDEM_INT_H */

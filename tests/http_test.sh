@@ -223,6 +223,8 @@ class H(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         with open(sys.argv[2], "a") as f:
             f.write(self.headers.get("X-Sig", "") + "\n")
+        with open(sys.argv[2] + ".paths", "a") as f:
+            f.write(self.path + "\n")
         body = b'{"object":"signed"}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -261,6 +263,30 @@ has "70 KB header: says why" "$OUT" 'the header X-Sig of tool sign is longer tha
 has "70 KB header: nothing sent" "$OUT" 'the request was not sent'
 expect "70 KB header: no request" 1 "$(grep -c . "$T/sigs")"
 has "70 KB header: recorded failed" "$("$IDEM" show --json --log "$LOG" h h2)" '"state":"failed"'
+
+# -- numbers fill a URL and a header with their canonical RFC 8785 text (the
+# text the fingerprint is taken of), never a printf rendering: 0.1, not
+# 0.10000000000000001; 1e21 is 1e+21 (percent-encoded in the URL); a long
+# mantissa its shortest round-trip digits
+cat >"$T/amount.json" <<'P'
+{"tools": {"amt": {"class": "guarded", "retries": 0, "timeout_ms": 5000,
+  "http": {"url": "{$env:HDR_URL}/v1/signed?amount={amount}",
+           "headers": {"X-Sig": "{amount}"}}}}}
+P
+amount() { # ARGS CALL WANT_PATH WANT_HEADER
+  : >"$T/sigs"
+  : >"$T/sigs.paths"
+  OUT=$("$IDEM" call --policy "$T/amount.json" --log "$LOG" --session n --call "$2" \
+    --tool amt --args "$1" 2>"$T/err")
+  expect "amount $1: exit" 0 "$?"
+  expect "amount $1: the URL" "$3" "$(cat "$T/sigs.paths")"
+  expect "amount $1: the header" "$4" "$(cat "$T/sigs")"
+}
+amount '{"amount":0.1}' n1 "/v1/signed?amount=0.1" "0.1"
+amount '{"amount":1e21}' n2 "/v1/signed?amount=1e%2B21" "1e+21"
+amount '{"amount":3.141592653589793238462643383279}' n3 \
+  "/v1/signed?amount=3.141592653589793" "3.141592653589793"
+amount '{"amount":123456789012.50}' n4 "/v1/signed?amount=123456789012.5" "123456789012.5"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

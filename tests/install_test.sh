@@ -2,10 +2,12 @@
 # `cmake --install` puts the command, both libraries, the headers, idem.pc,
 # the CMake package and the man page under the prefix, and a program built
 # with `pkg-config --cflags --libs idem` against that prefix runs.
-#   tests/install_test.sh BUILD_DIR [CFLAGS]
+#   tests/install_test.sh BUILD_DIR [CFLAGS [HTTP]]
+# HTTP 0: the build has no HTTP support, and the installed demo says so.
 set -u
 build=$1
 extra=${2:-}
+http=${3:-1}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -19,7 +21,12 @@ for f in bin/idem bin/idem-paysim lib/libidem.a lib/libidem.so include/idem.h in
 done
 "$tmp/p/bin/idem" --version | grep -q '^idem [0-9]*\.[0-9]*\.[0-9]*$' && ok || bad "idem --version"
 # the installed demo finds the installed simulator next to it
-env -u IDEM_PAYSIM "$tmp/p/bin/idem" demo >"$tmp/demo.out" 2>&1 && ok || bad "installed idem demo: $(tail -5 "$tmp/demo.out")"
+if [ "$http" = 1 ]; then
+  env -u IDEM_PAYSIM "$tmp/p/bin/idem" demo >"$tmp/demo.out" 2>&1 && ok || bad "installed idem demo: $(tail -5 "$tmp/demo.out")"
+else
+  env -u IDEM_PAYSIM "$tmp/p/bin/idem" demo >"$tmp/demo.out" 2>&1 && bad "installed idem demo ran without HTTP support"
+  grep -q "built without HTTP support" "$tmp/demo.out" && ok || bad "installed idem demo without HTTP: $(tail -5 "$tmp/demo.out")"
+fi
 
 cat > "$tmp/t.c" <<'C'
 #include <idem.h>

@@ -227,7 +227,7 @@ static void send_exec(gw *w, gcall *c) {
   send_call(w, p->gid, c->tool, args, alen, meta);
   json_decref(meta);
   c->timer = T_DEADLINE;
-  c->due = gw_mono_ms() + idem_step_deadline_ms(c->s);
+  c->due = cli_mono_ms() + idem_step_deadline_ms(c->s);
 }
 
 static void send_check(gw *w, gcall *c) {
@@ -250,7 +250,7 @@ static void send_check(gw *w, gcall *c) {
   c->gid = p->gid;
   send_call(w, p->gid, tool, args ? args : "{}", args ? alen : 2, NULL);
   c->timer = T_DEADLINE;
-  c->due = gw_mono_ms() + idem_step_deadline_ms(c->s);
+  c->due = cli_mono_ms() + idem_step_deadline_ms(c->s);
 }
 
 /* The envelope as a tool result: isError, structuredContent, the message. */
@@ -402,7 +402,7 @@ static void advance(gw *w, gcall *c) {
     long long d = idem_step_delay_ms(c->s);
     if (d > 0) {
       c->timer = T_DELAY;
-      c->due = gw_mono_ms() + d;
+      c->due = cli_mono_ms() + d;
     } else {
       send_exec(w, c);
     }
@@ -411,7 +411,7 @@ static void advance(gw *w, gcall *c) {
   case IDEM_NEXT_CHECK: send_check(w, c); break;
   case IDEM_NEXT_WAIT:
     c->timer = T_WAIT;
-    c->due = gw_mono_ms() + idem_step_delay_ms(c->s);
+    c->due = cli_mono_ms() + idem_step_delay_ms(c->s);
     break;
   case IDEM_NEXT_ANSWER:
     /* the log says "told" before the client can read the answer (it is

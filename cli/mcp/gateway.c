@@ -264,7 +264,7 @@ static void on_server_line(void *ctx, const char *line, size_t len,
 
 /* Milliseconds to the next timer (-1: none), firing those that are due. */
 static int run_timers(gw *w) {
-  long long now = gw_mono_ms(), next = -1;
+  long long now = cli_mono_ms(), next = -1;
   gcall *c, *nx;
   for (c = w->live; c; c = nx) {
     nx = c->next;
@@ -416,7 +416,7 @@ static void server_closed(gw *w) {
     w->sout.len = 0;
     close(w->to_srv);
   }
-  if (!w->child_done && !w->grace_at) w->grace_at = gw_mono_ms() + GRACE_MS;
+  if (!w->child_done && !w->grace_at) w->grace_at = cli_mono_ms() + GRACE_MS;
 }
 
 /* ---- the loop -------------------------------------------------------------------------- */
@@ -453,13 +453,13 @@ static int loop(gw *w) {
     if (w->cin_eof && !w->sout_closed && !w->sout.len && !w->nlive) {
       w->sout_closed = 1;
       close(w->to_srv);
-      w->grace_at = gw_mono_ms() + GRACE_MS;
+      w->grace_at = cli_mono_ms() + GRACE_MS;
     }
-    if (w->grace_at && !w->child_done && gw_mono_ms() >= w->grace_at) {
+    if (w->grace_at && !w->child_done && cli_mono_ms() >= w->grace_at) {
       kill(w->child, w->grace_stage ? SIGKILL : SIGTERM);
       w->we_killed = 1;
       w->grace_stage++;
-      w->grace_at = gw_mono_ms() + GRACE_MS;
+      w->grace_at = cli_mono_ms() + GRACE_MS;
     }
     gw_flush(w);
     if (w->child_done && w->sin_eof && !w->nlive && jobs_idle(w) &&
@@ -562,7 +562,7 @@ static void random_name(const char *prefix, char *buf, size_t n) {
   unsigned char r[8] = {0};
   FILE *f = fopen("/dev/urandom", "rb");
   if (!f || fread(r, 1, sizeof r, f) != sizeof r) {
-    long long t = gw_mono_ms() ^ ((long long)getpid() << 20);
+    long long t = cli_mono_ms() ^ ((long long)getpid() << 20);
     memcpy(r, &t, sizeof r);
   }
   if (f) fclose(f);

@@ -110,7 +110,6 @@ struct gw {
 /* ---- peers.c: the loop's services, for gateway.c and call.c ------------- */
 
 /* Milliseconds of the monotonic clock. */
-long long gw_mono_ms(void);
 /* A copy of n bytes, NUL-terminated; NULL when memory ran out. */
 char *gw_dupn(const char *p, size_t n);
 /* Out of memory in the gateway: say so and exit (the child follows). */

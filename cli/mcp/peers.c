@@ -14,12 +14,6 @@
 
 #include "gw.h"
 
-long long gw_mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 char *gw_dupn(const char *p, size_t n) {
   char *q = malloc(n + 1);
   if (q) {

@@ -52,12 +52,6 @@ static ssize_t write_pipe(int fd, const void *p, size_t n) {
   return w;
 }
 
-static long long mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Copy what is waiting on fd to our stderr (a relayed stderr); 0 at its
 ** end. */
 static int relay(int fd) {
@@ -79,7 +73,7 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t sa;
   size_t sent = 0, cap = 0;
-  long long until = o->deadline_ms >= 0 ? mono_ms() + o->deadline_ms : -1;
+  long long until = o->deadline_ms >= 0 ? cli_mono_ms() + o->deadline_ms : -1;
   pid_t pid;
   memset(r, 0, sizeof *r);
   r->exit_code = -1;
@@ -125,7 +119,7 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
     if (n == 0) break;
     if (err[0] >= 0) pf[n++] = (struct pollfd){err[0], POLLIN, 0};
     if (until >= 0) {
-      long long left = until - mono_ms();
+      long long left = until - cli_mono_ms();
       if (left <= 0) {
         r->timed_out = 1;
         break;
@@ -188,7 +182,7 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
     pid_t w = waitpid(pid, &status, until >= 0 ? WNOHANG : 0);
     if (w == pid) break;
     if (w < 0 && errno != EINTR) goto fail;
-    if (until >= 0 && mono_ms() >= until) {
+    if (until >= 0 && cli_mono_ms() >= until) {
       r->timed_out = 1;
       if (o->kill_on_deadline) {
         kill(o->new_group ? -pid : pid, SIGKILL);
@@ -197,10 +191,7 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
       rc = 0;
       goto fail;
     }
-    if (until >= 0) {
-      struct timespec ts = {0, 2000000};
-      nanosleep(&ts, NULL);
-    }
+    if (until >= 0) cli_sleep_ms(2);
   }
   r->exited = WIFEXITED(status);
   r->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -63,12 +63,6 @@
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static long long mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int sigchld_pipe[2] = {-1, -1};
 
 static void on_sigchld(int sig) {
@@ -309,7 +303,7 @@ static void run(const run_args *a, char **argv, const char *input,
   cli_run_result res;
   char error[512], *result = NULL;
   size_t sent = 0, cap = 0;
-  long long start = mono_ms(), next_renew, kill_at = -1;
+  long long start = cli_mono_ms(), next_renew, kill_at = -1;
   int status = 0, exited = 0, stderr_open = 1, e = 0, outcome, ended, rc;
 
   memset(&res, 0, sizeof res);
@@ -356,7 +350,7 @@ static void run(const run_args *a, char **argv, const char *input,
   }
   while (!exited) {
     struct pollfd pf[4];
-    long long now = mono_ms(), wake = next_renew;
+    long long now = cli_mono_ms(), wake = next_renew;
     int n = 0;
     if (kill_at >= 0 && now >= kill_at) {
       cmd_kill(&c); /* settle_ms is up: nothing of it may land later */
