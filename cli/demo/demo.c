@@ -1,5 +1,5 @@
 /*
-** cmd_demo.c - `idem demo`: the refund story of SPEC §1, end to end.
+** demo.c - `idem demo`: the refund story of SPEC §1, end to end.
 **
 ** A payment provider (the simulator idem-paysim, over real HTTP on
 ** loopback) and an agent harness (this program running `idem call` as
