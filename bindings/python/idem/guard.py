@@ -26,6 +26,7 @@ import time
 import weakref
 
 from . import _lib as L
+from . import _aio
 from .core import Policy, _dumps, _name, _text, _args_text, _decode, CLASSES
 from .errors import MisuseError, ToolOutcome, error_for
 
@@ -369,6 +370,42 @@ class Guard(_Handle):
         return t(session, call_id, args, turn)
 
 
+# The step's accessors only read the step (no lock, no log, no callback):
+# called through PyDLL they keep the GIL, where a CDLL call would give it up
+# and take it back - a wait, under load, for every field read.  The step's
+# other functions may wait on the log and go through CDLL (the GIL given up).
+_pydll = ctypes.PyDLL(L.path)
+
+
+def _reader(name, restype, *argtypes):
+    f = _pydll[name]
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+_SZ = ctypes.POINTER(_c_size_t)
+_step_next = _reader("idem_step_next", ctypes.c_int, _c_void_p)
+_step_answer = _reader("idem_step_answer", ctypes.c_int, _c_void_p)
+_step_key = _reader("idem_step_key", _c_char_p, _c_void_p)
+_step_args = _reader("idem_step_args", _c_void_p, _c_void_p, _SZ)
+_step_check_tool = _reader("idem_step_check_tool", _c_char_p, _c_void_p)
+_step_check_args = _reader("idem_step_check_args", _c_void_p, _c_void_p,
+                           _SZ)
+_step_check_command = _reader("idem_step_check_command", _c_char_p,
+                              _c_void_p)
+_step_check_key = _reader("idem_step_check_key", _c_char_p, _c_void_p)
+_step_check_target = _reader("idem_step_check_target", _c_void_p,
+                             _c_void_p, _SZ)
+_step_attempt = _reader("idem_step_attempt", ctypes.c_int, _c_void_p)
+_step_deadline_ms = _reader("idem_step_deadline_ms", ctypes.c_longlong,
+                            _c_void_p)
+_step_delay_ms = _reader("idem_step_delay_ms", ctypes.c_longlong, _c_void_p)
+_step_envelope = _reader("idem_step_envelope", _c_void_p, _c_void_p, _SZ)
+_step_token = _reader("idem_step_token", ctypes.c_longlong, _c_void_p)
+_time_sleep = time.sleep
+
+
 def _step_text(step, fn):
     """A (pointer, length) accessor's text, or None."""
     n = _c_size_t()
@@ -419,7 +456,7 @@ class Step(_Handle):
 
     @property
     def next(self):
-        return Next(L.step_next(self._h()))
+        return Next(_step_next(self._h()))
 
     def finish(self, outcome, result=None, error=None, result_json=None):
         """Report the downstream call: APPLIED with its result (a Python
@@ -449,36 +486,42 @@ class Step(_Handle):
         returned): nothing of it can land later (SPEC 6a)."""
         self._check(L.step_attempt_ended(self._h()))
 
-    key = _accessor(L.step_key, _decode, "the idempotency key")
-    args = _accessor(L.step_args, None, "the arguments to send: canonical "
+    key = _accessor(_step_key, _decode, "the idempotency key")
+    args = _accessor(_step_args, None, "the arguments to send: canonical "
                      "JSON text, the key written into key_arg")
-    check_tool = _accessor(L.step_check_tool, _decode,
+    check_tool = _accessor(_step_check_tool, _decode,
                            "the policy's status tool (CHECK), or None")
-    check_args = _accessor(L.step_check_args, None,
+    check_args = _accessor(_step_check_args, None,
                            "the status tool's arguments (JSON text)")
-    check_command = _accessor(L.step_check_command, _decode,
+    check_command = _accessor(_step_check_command, _decode,
                               "the policy's status command, or None")
-    check_key = _accessor(L.step_check_key, _decode,
+    check_key = _accessor(_step_check_key, _decode,
                           "the key of the action under check")
-    check_target = _accessor(L.step_check_target, None,
+    check_target = _accessor(_step_check_target, None,
                              "the canonical arguments of the action under "
                              "check")
-    attempt = _accessor(L.step_attempt, int, "the coming attempt (1, 2, ...)")
-    deadline_ms = _accessor(L.step_deadline_ms, int,
+    attempt = _accessor(_step_attempt, int, "the coming attempt (1, 2, ...)")
+    deadline_ms = _accessor(_step_deadline_ms, int,
                             "the deadline of the coming EXECUTE or CHECK")
-    delay_ms = _accessor(L.step_delay_ms, int, "wait this long first")
-    token = _accessor(L.step_token, int, "the fencing token the step holds")
+    delay_ms = _accessor(_step_delay_ms, int, "wait this long first")
+    token = _accessor(_step_token, int, "the fencing token the step holds")
 
     @property
     def answer(self):
         """The envelope's status ("succeeded", ...), None before ANSWER."""
-        return ANSWERS.get(L.step_answer(self._h()))
+        return ANSWERS.get(_step_answer(self._h()))
 
     @property
     def envelope(self):
         """The Envelope, once the step says ANSWER (else None)."""
-        t = _step_text(self, L.step_envelope)
+        t = _step_text(self, _step_envelope)
         return Envelope(t) if t is not None else None
+
+    @property
+    def envelope_text(self):
+        """The envelope's JSON text as the library made it, once the step
+        says ANSWER (else None)."""
+        return _step_text(self, _step_envelope)
 
 
 # ---- the synchronous API: Python functions run by idem_guard_call ----------
@@ -514,10 +557,23 @@ def _give(pp, data):
     pp[0] = p
 
 
-def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
+def _inflight_add(n):
+    """A tool run starts (1) or ends (-1): what the exit waits for."""
     global _inflight, _last_end
     with _inflight_lock:
-        _inflight += 1
+        _inflight += n
+        if n < 0:
+            _last_end = time.monotonic()
+
+
+def _outlived():
+    """A call answered while its tool run goes on: at exit, wait for it."""
+    if not _runs:
+        _runs.append(1)
+
+
+def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
+    _inflight_add(1)
     try:
         t = _registry.get(ctx)
         fn = t and (t.status if is_check else t.fn)
@@ -535,9 +591,7 @@ def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
     except BaseException:
         return 4
     finally:
-        with _inflight_lock:
-            _inflight -= 1
-            _last_end = time.monotonic()
+        _inflight_add(-1)
 
 
 @L.TOOL_FN
@@ -651,122 +705,18 @@ class GuardedTool:
 
     async def acall(self, session, call_id, args, turn=None):
         """Guard one call from asyncio; the Envelope.  The event loop is
-        never blocked: the log's writes run on threads (asyncio.to_thread),
-        an ``async def`` tool runs as a task of this loop (so it may use the
-        loop's client sessions), a plain one on a thread.  The guard owns
-        the deadline: past it the answer is outcome_unknown (after the
-        status check), while the tool's task goes on, and its result is
-        recorded when it comes (SPEC 6a: a task still running is an attempt
-        that can still land).  Cancelling the caller does not cancel the
-        attempt: the tool's task goes on and its outcome is recorded; the
-        action stays in doubt until then, so a repeat is fenced or
-        reconciled, never run twice.  See the binding's README."""
-        step = await asyncio.to_thread(self.guard.begin, session, call_id,
-                                       self.name, args, turn)
-        gone = []  # the caller was cancelled: the call goes on, unanswered
-        drive = asyncio.ensure_future(self._adrive(step, session, call_id,
-                                                   gone))
-        _detached.add(drive)
-        drive.add_done_callback(_detached.discard)
-        try:
-            return await asyncio.shield(drive)
-        except asyncio.CancelledError:
-            gone.append(1)
-            raise
-
-    async def _adrive(self, step, session, call_id, gone):
-        try:
-            return await self._asteps(step, session, call_id, gone)
-        finally:
-            step.close()
-
-    async def _asteps(self, step, session, call_id, gone):
-        while True:
-            n = step.next
-            if n == Next.ANSWER:
-                if not gone:  # a cancelled caller was told nothing
-                    await asyncio.to_thread(step.delivered)
-                return step.envelope
-            if n == Next.WAIT:
-                await asyncio.sleep(step.delay_ms / 1000)
-                await asyncio.to_thread(step.poll)
-            elif n == Next.EXECUTE:
-                if step.delay_ms:
-                    await asyncio.sleep(step.delay_ms / 1000)
-                task = _attempt(self.fn, json.loads(step.args), step.key,
-                                False)
-                done, _ = await asyncio.wait({task},
-                                             timeout=step.deadline_ms / 1000)
-                if done:
-                    outcome, result, error = task.result()
-                    await asyncio.to_thread(_finish_ended, step, outcome,
-                                            result, error)
-                else:
-                    _record_late(self.guard, session, call_id, step.token,
-                                 task)
-                    await asyncio.to_thread(
-                        step.finish, Outcome.UNKNOWN, None,
-                        "no answer within %d ms" % step.deadline_ms)
-            else:  # CHECK
-                if self.status is None:
-                    await asyncio.to_thread(step.resolve, Outcome.UNKNOWN)
-                    continue
-                task = _attempt(self.status, json.loads(step.check_target),
-                                step.check_key, True)
-                done, _ = await asyncio.wait({task},
-                                             timeout=step.deadline_ms / 1000)
-                outcome, result = Outcome.UNKNOWN, None
-                if done:
-                    outcome, result, _ = task.result()
-                await asyncio.to_thread(step.resolve, outcome, None,
-                                        result.decode() if result else None)
-
-
-_detached = set()  # tasks that outlive their caller: kept until they end
-
-
-def _attempt(fn, a, key, is_check):
-    """The tool (or status function) as a task of the running loop: an
-    async def is awaited on the loop, a plain function runs on a thread.
-    The task's result is (outcome, result text, error text)."""
-    async def run():
-        _current_key.set(key)
-        if inspect.iscoroutinefunction(fn):
-            try:
-                value = await fn(a, key)
-            except BaseException as e:  # judged below, as a sync tool's
-                exc = e
-
-                def value_of():
-                    raise exc
-                return _verdict(value_of, is_check)
-            return _verdict(lambda: value, is_check)
-        return await asyncio.to_thread(
-            _verdict, lambda: _settled(_in_context(fn, a, key)), is_check)
-    t = asyncio.ensure_future(run())
-    _detached.add(t)
-    t.add_done_callback(_detached.discard)
-    return t
-
-
-def _finish_ended(step, outcome, result, error):
-    step.attempt_ended()  # the tool returned: nothing of it can land later
-    step.finish(outcome, None, error.decode("utf-8", "replace")
-                if error else None, result.decode() if result else None)
-
-
-def _record_late(guard, session, call_id, token, task):
-    """When the tool's task ends after the deadline, record its outcome
-    (on a thread: the log's write)."""
-    def done(t):
-        if t.cancelled():
-            return
-        outcome, result, error = t.result()
-        _detached.add(asyncio.ensure_future(asyncio.to_thread(
-            guard.late, session, call_id, token, outcome, None,
-            error.decode("utf-8", "replace") if error else None,
-            result.decode() if result else None)))
-    task.add_done_callback(done)
+        never blocked: the log's writes run on threads of the binding's
+        own, an ``async def`` tool runs as a task of this loop (so it may
+        use the loop's client sessions), a plain one on a thread.  The
+        guard owns the deadline: past it the answer is outcome_unknown
+        (after the status check), while the tool's task goes on, and its
+        result is recorded when it comes (SPEC 6a: a task still running is
+        an attempt that can still land).  Cancelling the caller does not
+        cancel the attempt: it goes on to its end and its outcome is
+        recorded, but it is not delivered (the model was not told), so a
+        re-issue is answered already_applied or fenced, never run twice.
+        See the binding's README."""
+        return Envelope(await _aio.acall(self, session, call_id, args, turn))
 
 
 class _WithContext:
