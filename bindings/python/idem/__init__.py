@@ -24,6 +24,7 @@ from .errors import (
 from .core import canon, key, Key, Policy, strerror, version
 from .guard import (Guard, Step, GuardedTool, Envelope, Outcome, Next,
                     current_key)
+from .natural import call_context, current_call, CallContext
 from .harness import ToolCall
 from . import _lib
 
@@ -38,7 +39,7 @@ __all__ = [
     "canon", "key", "Key", "Policy", "strerror", "version",
     "Guard", "Step", "GuardedTool", "Envelope", "Outcome", "Next", "ToolCall",
     "APPLIED", "REJECTED", "NOT_APPLIED", "UNKNOWN", "library_path",
-    "current_key",
+    "current_key", "call_context", "current_call", "CallContext",
 ]
 
 __version__ = "0.2.0"

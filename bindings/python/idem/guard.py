@@ -27,6 +27,7 @@ import weakref
 
 from . import _lib as L
 from . import _aio
+from .natural import natural_tool, _is_args_key_form
 from .core import Policy, _dumps, _name, _text, _args_text, _decode, CLASSES
 from .errors import MisuseError, ToolOutcome, error_for
 
@@ -99,13 +100,18 @@ def _slow_args(args):
 
 class Envelope(dict):
     """The answer for the model (SPEC §7) as a dict; ``text`` is the JSON
-    text exactly as the library made it (what to hand to the model)."""
+    text exactly as the library made it (what to hand to the model), and
+    ``str(envelope)`` is that text too, for frameworks that turn a tool's
+    return value into the model's message with str()."""
 
     __slots__ = ("text",)
 
     def __init__(self, text):
         super().__init__(_loads(text))
         self.text = text
+
+    def __str__(self):
+        return self.text
 
     @property
     def status(self):
@@ -350,11 +356,34 @@ class Guard(_Handle):
 
     # ---- guarded Python tools ---------------------------------------------
 
-    def tool(self, name, status=None):
-        """A decorator: ``@guard.tool("refund_payment", status=check)``
-        makes a GuardedTool of ``fn(args, key)``.  See GuardedTool."""
+    def tool(self, name=None, status=None, *, session=None, natural=None):
+        """A decorator: ``@guard.tool("refund_payment", status=check)``.
+
+        Over a natural function - ``def refund_payment(order_id: str,
+        amount_cents: int) -> dict`` - it gives a function with the same
+        name, signature, annotations and docstring, which guards each call
+        and returns the Envelope; the session, call id and turn come from
+        the framework's injected parameters or ``idem.call_context`` (see
+        idem.natural); ``session`` is a default for calls that name none.
+
+        Over ``fn(args, key)`` - two positional parameters named args and
+        key, or two without annotations (``lambda a, k: ...``) - it gives a
+        GuardedTool, called as ``tool(session, call_id, args)``.
+        ``natural=True`` or ``False`` says which, whatever the signature.
+
+        ``name`` is the tool's name in the policy (default: the function's
+        name); ``status(args, key)`` is the status check, in either form."""
         def wrap(fn):
-            return GuardedTool(self, name, fn, status)
+            nat = natural
+            if nat is None:
+                nat = not _is_args_key_form(fn)
+            if nat:
+                return natural_tool(self, name, fn, status, session)
+            if session is not None:
+                raise MisuseError("session= is for natural tools; a "
+                                  "GuardedTool takes the session per call")
+            return GuardedTool(self, name or getattr(fn, "__name__", None),
+                               fn, status)
         return wrap
 
     def call(self, session, call_id, tool, args, run, status=None,
