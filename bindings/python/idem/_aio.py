@@ -22,8 +22,8 @@ log together, and the log groups the commits of the calls that are there.
 A pool starts a thread when none is idle (a thread a call in flight at
 most, as idem_guard_call does) and keeps at most 64 idle; the tool
 functions have a pool of their own, so that tools that hang past their
-deadline never hold up the log's calls.  A thread hands its result back to the loop with
-one call_soon_threadsafe.
+deadline never hold up the log's calls. A thread hands its result back to
+the loop with one call_soon_threadsafe.
 
 The guard owns the deadline: past it the step is finished UNKNOWN and the
 tool's task (or thread) goes on; its outcome is recorded when it comes
@@ -41,6 +41,10 @@ import threading
 from typing import Any, Awaitable, Callable, List, Optional, Set, Tuple
 
 Verdict = Tuple[int, Optional[bytes], Optional[bytes]]
+Job = Tuple[Callable[..., Any], Tuple[Any, ...]]
+# Where a thread leaves the drive: (ANSWER, the envelope's text), or
+# (RUN or CHECK, the arguments' JSON text, the key, the deadline in ms).
+Step_ = Tuple[Any, ...]
 
 
 class _Pool:
@@ -52,8 +56,7 @@ class _Pool:
         self.name = name
         self.most = most
         self.idle_max = idle_max
-        self.q: "queue.SimpleQueue[Tuple[Callable[..., Any], tuple]]" = \
-            queue.SimpleQueue()
+        self.q: "queue.SimpleQueue[Job]" = queue.SimpleQueue()
         self.mu = threading.Lock()
         self.idle = 0
         self.threads = 0
@@ -99,6 +102,8 @@ def _settle_future(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
     else:
         fut.set_exception(value)
 
+
+_UNKNOWN = 4  # IDEM_OUTCOME_UNKNOWN (guard.Outcome.UNKNOWN)
 
 # What the drive asks of the loop (the first member of _Drive.advance's
 # answer): the call's answer, or an async function to run on the loop.
@@ -161,13 +166,13 @@ class _Drive:
 
     # ---- on a thread of the log pool ---------------------------------------
 
-    def begin(self) -> tuple:
+    def begin(self) -> Step_:
         t = self.tool
         self.step = t.guard.begin(self.session, self.call_id, t.name,
                                   self.args, self.turn)
         return self.advance()
 
-    def advance(self) -> tuple:
+    def advance(self) -> Step_:
         """Carry the step as far as a thread can: to its answer (delivered
         unless the caller is gone, the step freed), or to an async function
         the loop must run."""
@@ -243,7 +248,7 @@ class _Drive:
             else:
                 self._finish(box[0], True)
         elif is_check:
-            self._resolve((4, None, None))  # the check itself: unknown
+            self._resolve((_UNKNOWN, None, None))  # the check itself: unknown
         else:
             self._timed_out()
 
@@ -273,7 +278,8 @@ class _Drive:
 
     def _timed_out(self) -> None:
         step = self.step
-        step.finish(4, None, "no answer within %d ms" % step.deadline_ms)
+        step.finish(_UNKNOWN, None,
+                    "no answer within %d ms" % step.deadline_ms)
 
     def _resolve(self, v: Verdict) -> None:
         outcome, result, _ = v
@@ -281,15 +287,15 @@ class _Drive:
 
     # the same, then on to the next point where the loop is needed
 
-    def finish(self, v: Verdict, ended: bool) -> tuple:
+    def finish(self, v: Verdict, ended: bool) -> Step_:
         self._finish(v, ended)
         return self.advance()
 
-    def timed_out(self) -> tuple:
+    def timed_out(self) -> Step_:
         self._timed_out()
         return self.advance()
 
-    def resolve(self, v: Verdict) -> tuple:
+    def resolve(self, v: Verdict) -> Step_:
         self._resolve(v)
         return self.advance()
 
@@ -326,13 +332,13 @@ class _Drive:
                     r = await (hop(loop, self.resolve, v) if is_check
                                else hop(loop, self.finish, v, True))
                 elif is_check:
-                    r = await hop(loop, self.resolve, (4, None, None))
+                    r = await hop(loop, self.resolve, (_UNKNOWN, None, None))
                 else:
                     from .guard import _outlived
                     _outlived()
                     _record_late(task, self.late_recorder())
                     r = await hop(loop, self.timed_out)
-            return r[1]
+            return str(r[1])
         except BaseException:
             # a failure of the log (raised here), or the loop shutting down
             # under the drive: the step is freed; the record stays as the

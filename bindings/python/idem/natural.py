@@ -52,6 +52,7 @@ or (outside MCP) no session, raises MisuseError saying what to set;
 nothing is run or recorded.  Without a turn, identical calls within the
 tool's coalesce_ms count as one turn.
 """
+import collections
 import contextlib
 import functools
 import inspect
@@ -227,7 +228,7 @@ def _hints(fn: Callable[..., Any]) -> Dict[str, Any]:
         return {}
 
 
-# ---- reading what they fill in ------------------------------------------------
+# ---- reading what they fill in --------------------------------------------
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -480,7 +481,7 @@ def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
         sig = inspect.signature(fn)
     except (TypeError, ValueError) as e:
         raise MisuseError("cannot read the signature of %r: %s" % (fn, e))
-    tool = name or getattr(fn, "__name__", None)
+    tool: str = name or str(getattr(fn, "__name__", ""))
     if not tool:
         raise MisuseError("name the tool: @guard.tool(\"name\")")
     hints = _hints(fn)
@@ -507,7 +508,8 @@ def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
                     if v == key and n in params and n not in kinds and
                     ba.arguments.get(n) != key]
         if override:
-            ba = inspect.BoundArguments(sig, dict(ba.arguments))
+            ba = inspect.BoundArguments(
+                sig, collections.OrderedDict(ba.arguments))
             for n in override:
                 ba.arguments[n] = key
         return ba.args, ba.kwargs
@@ -525,7 +527,7 @@ def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
     guarded = GuardedTool(guard, tool, run, status)
     me.append(guarded)
 
-    def prepare(args: tuple, kwargs: Dict[str, Any]
+    def prepare(args: Tuple[Any, ...], kwargs: Dict[str, Any]
                 ) -> Tuple[str, str, Optional[str], str,
                            inspect.BoundArguments]:
         ba = sig.bind(*args, **kwargs)  # a TypeError as the bare one's
@@ -549,7 +551,8 @@ def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
         return s, c, t, text, ba
 
     if is_async:
-        async def call_async(args: tuple, kwargs: Dict[str, Any]) -> Any:
+        async def call_async(args: Tuple[Any, ...],
+                             kwargs: Dict[str, Any]) -> Any:
             s, c, t, text, ba = prepare(args, kwargs)
             token = _bound.set((guarded, ba))
             try:
@@ -561,7 +564,8 @@ def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
             return await call_async(args, kwargs)
         template: Callable[..., Any] = template_async
     else:
-        def call_sync(args: tuple, kwargs: Dict[str, Any]) -> Any:
+        def call_sync(args: Tuple[Any, ...],
+                      kwargs: Dict[str, Any]) -> Any:
             s, c, t, text, ba = prepare(args, kwargs)
             token = _bound.set((guarded, ba))
             try:
