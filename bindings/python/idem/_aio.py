@@ -78,11 +78,14 @@ class _Pool:
     def _work(self) -> None:
         get = self.q.get
         while True:
-            fn, args = get()
+            job = get()
             try:
-                fn(*args)
+                job[0](*job[1])
             except BaseException:  # a job reports its own failures
                 pass
+            # an idle thread holds nothing of its last job (a guard, a
+            # policy, the caller's context)
+            del job
             with self.mu:
                 if self.idle >= self.idle_max:
                     self.threads -= 1

@@ -46,14 +46,19 @@ def _workspace() -> "_Workspace":
 
 
 class _Workspace:
-    __slots__ = ("h",)
+    """A thread's canonicalizer, closed with the thread (or at exit).  It
+    keeps its own reference to idem_canon_close: at interpreter exit the
+    modules' globals may be cleared before the last thread-local goes."""
+
+    __slots__ = ("h", "_close")
 
     def __init__(self, h: ctypes.c_void_p) -> None:
         self.h: Optional[ctypes.c_void_p] = h
+        self._close = L.canon_close
 
     def __del__(self) -> None:
-        if self.h and L.canon_close is not None:
-            L.canon_close(self.h)
+        if self.h and self._close is not None:
+            self._close(self.h)
             self.h = None
 
 
@@ -192,6 +197,7 @@ class Policy:
     def __init__(self, path: Any = None, text: Any = None,
                  origin: str = "policy") -> None:
         self._p: Optional[int] = None
+        self._free = L.policy_free  # kept for __del__ at exit (_Workspace)
         h = ctypes.c_void_p()
         if (path is None) == (text is None):
             raise MisuseError("give a policy file path or a text, not both")
@@ -213,8 +219,8 @@ class Policy:
             raise error_for(rc, msg)
 
     def __del__(self) -> None:
-        if self._p and L.policy_free is not None:
-            L.policy_free(self._p)
+        if self._p and self._free is not None:
+            self._free(self._p)
             self._p = None
 
     def tool_class(self, tool: str) -> str:
