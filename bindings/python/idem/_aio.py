@@ -236,23 +236,24 @@ class _Drive:
             for f in todo:
                 f(v)
         _tool_pool.submit(job)
-        if not done.wait(deadline_ms / 1000):
-            # past the deadline: the run goes on, and what it comes to is
-            # recorded when it comes (unless it came just now)
-            from .guard import _outlived
-            _outlived()
-            record = self.late_recorder()
-            with mu:
-                if not box:
-                    late.append(record)
-        if box:
+        done.wait(deadline_ms / 1000)
+        with mu:  # decided once: in time, or past the deadline
+            v = box[0] if box else None
+            if v is None and not is_check:
+                # the run goes on; what it comes to is recorded when it
+                # comes (a status check's late answer is dropped: "not
+                # applied" then proves nothing, SPEC 6a)
+                late.append(self.late_recorder())
+        if v is not None:
             if is_check:
-                self._resolve(box[0])
+                self._resolve(v)
             else:
-                self._finish(box[0], True)
+                self._finish(v, True)
         elif is_check:
             self._resolve((_UNKNOWN, None, None))  # the check itself: unknown
         else:
+            from .guard import _outlived
+            _outlived()
             self._timed_out()
 
     def late_recorder(self) -> Callable[[Verdict], None]:

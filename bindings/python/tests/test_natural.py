@@ -243,6 +243,42 @@ class TheDeadlineIsTheGuards(NaturalTest):
             self.assertEqual(len(ledger), 1, kind)
             self.assertEqual(third["status"], "already_applied", kind)
 
+    def test_a_late_status_check_proves_nothing(self):
+        # through acall, a status check that answers "not applied" after
+        # its own deadline, while the refund is still on its way: dropped,
+        # not recorded; the refund lands and is the one recorded
+        text = """{"tools":{"refund_payment":{"class":"guarded",
+          "timeout_ms":%(t)d,"reconcile_timeout_ms":100,"retries":0,
+          "status":{"tool":"get_refund_status","arguments":{}}},
+          "get_refund_status":{"class":"read_only"}}}"""
+        ledger = []
+
+        def status(args, key):
+            time.sleep(0.3)  # answers after its deadline: not applied yet
+            return None
+        with self.guard(timeout_ms=150, text=text) as g:
+            @g.tool("refund_payment", status=status)
+            def refund(order_id: str) -> dict:
+                time.sleep(0.8)
+                ledger.append(idem.current_key())
+                return {"refund_id": "late"}
+
+            async def main():
+                with idem.call_context(session="s10", call_id="c1"):
+                    env = await refund.guarded.acall(
+                        "s10", "c1", {"order_id": "o"})
+                await asyncio.sleep(0.4)  # the check's late "not applied"
+                mid = g.record("s10", "c1")["state"]
+                await asyncio.sleep(0.6)  # the refund lands
+                return env, mid
+            env, mid = asyncio.run(main())
+            self.assertEqual(env["status"], "outcome_unknown")
+            self.assertEqual(mid, "in_doubt")
+            rec = g.record("s10", "c1")
+            self.assertEqual((rec["state"], rec["resolution"]),
+                             ("succeeded", "late"))
+            self.assertEqual(len(ledger), 1)
+
     def test_sync(self):
         self.check("sync")
 
