@@ -491,6 +491,7 @@ def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
         if k:
             kinds[p.name] = k
     params = sig.parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     is_async = inspect.iscoroutinefunction(fn)
     me: List[Any] = []  # the GuardedTool, once made
 
@@ -499,8 +500,11 @@ def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
         b = _bound.get()
         if b is None or b[0] is not me[0]:
             # called as wrapper.guarded(session, call_id, args): the
-            # arguments by name, as the guard sends them
-            return (), a
+            # arguments by name, as the guard sends them (less the key the
+            # policy's key_arg holds, when the function has no such
+            # parameter)
+            return (), {n: v for n, v in a.items()
+                        if n in params or v != key or takes_any}
         ba = b[1]
         # the policy's key_arg: the library wrote the key there; whatever
         # the model put there never reaches the tool

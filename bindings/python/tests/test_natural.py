@@ -427,8 +427,18 @@ class CallContexts(NaturalTest):
                 return {"ok": True}
             with idem.call_context(session="s9", call_id="c1"):
                 env = refund("ord_1", idempotency_key="chosen-by-the-model")
+
+            @g.tool("refund_payment")
+            def plain(order_id: str) -> dict:
+                return {"key": idem.current_key()}
+            # called with explicit ids: the arguments by name, less the key
+            # the library wrote into a key_arg the function does not take
+            env2 = plain.guarded("s9", "c2", {"order_id": "o",
+                                              "idempotency_key": "x"})
         self.assertEqual(env["status"], "succeeded")
         self.assertEqual(got, [(env["idempotency_key"],) * 2])
+        self.assertEqual(env2["status"], "succeeded", env2)
+        self.assertEqual(env2["result"]["key"], env2["idempotency_key"])
 
 
 if __name__ == "__main__":
