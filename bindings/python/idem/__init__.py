@@ -5,14 +5,21 @@ effect at most once.  A ctypes binding of libidem (standard library only).
     guard = idem.Guard("sqlite:/var/lib/agent/attempts.db", "policy.json")
 
     @guard.tool("refund_payment", status=lambda args, key: psp.find(key))
-    def refund_payment(args, key):
-        return psp.refund(args["order_id"], args["amount_cents"], key=key)
+    async def refund_payment(order_id: str, amount_cents: int) -> dict:
+        return await psp.refund(order_id, amount_cents,
+                                key=idem.current_key())
 
-    env = refund_payment(session, tool_call_id, arguments_json)
+    with idem.call_context(session=run_id, call_id=tool_call_id,
+                           turn=response_id):
+        env = await refund_payment(order_id="ord_1", amount_cents=6000)
     # env is a dict: {"status": "succeeded", ..., "result": {...}};
-    # env.text is the JSON text to give back to the model.
+    # str(env) is the JSON text to give back to the model.
 
-See bindings/python/README.md.
+The guarded function keeps its signature, so a framework's decorator
+(@function_tool, @mcp.tool(), @tool) stacks on top of it; the call id
+comes from the framework's injected parameter where it has one.  The
+first form, fn(args, key), is called with the ids:
+refund(session, call_id, args).  See bindings/python/README.md.
 """
 from .errors import (
     IdemError, LibraryNotFound, NoMemoryError, MisuseError, InvalidError,
@@ -24,6 +31,7 @@ from .errors import (
 from .core import canon, key, Key, Policy, strerror, version
 from .guard import (Guard, Step, GuardedTool, Envelope, Outcome, Next,
                     current_key)
+from .natural import call_context, current_call, CallContext
 from .harness import ToolCall
 from . import _lib
 
@@ -38,7 +46,7 @@ __all__ = [
     "canon", "key", "Key", "Policy", "strerror", "version",
     "Guard", "Step", "GuardedTool", "Envelope", "Outcome", "Next", "ToolCall",
     "APPLIED", "REJECTED", "NOT_APPLIED", "UNKNOWN", "library_path",
-    "current_key",
+    "current_key", "call_context", "current_call", "CallContext",
 ]
 
 __version__ = "0.3.0"

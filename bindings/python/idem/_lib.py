@@ -6,8 +6,12 @@ The library is looked for, in order:
 2. next to this package: ``idem/libidem.so*`` (a wheel that bundles it);
 3. the build tree when the package is used in place from a source checkout:
    ``bindings/python/idem`` -> ``<checkout>/build/libidem.so``;
-4. the system's: ``ctypes.util.find_library("idem")`` (ldconfig, then the
-   compiler's search path), then the soname ``libidem.so.0``.
+4. an installed one: the ``libdir`` of ``pkg-config --variable=libdir idem``
+   (the idem.pc that ``cmake --install`` puts under
+   ``<prefix>/lib/pkgconfig``, found through ``$PKG_CONFIG_PATH`` for a
+   prefix of one's own), then ``ctypes.util.find_library("idem")``
+   (ldconfig, then the compiler's search path), then the soname
+   ``libidem.so.0`` through the dynamic loader.
 
 Every prototype is declared once here (argtypes and restype), so a call does
 no type inference; pointers travel as c_void_p.
@@ -15,13 +19,31 @@ no type inference; pointers travel as c_void_p.
 import ctypes
 import ctypes.util
 import os
+import shutil
+import subprocess
+from typing import Any, Iterator, List, Optional, Tuple
 
 from .errors import LibraryNotFound
 
 SONAME = "libidem.so.0"
 
 
-def _candidates():
+def pkg_config_libdir() -> Optional[str]:
+    """``pkg-config --variable=libdir idem``, or None (no pkg-config, no
+    idem.pc on its path, or no answer within 5 s)."""
+    exe = shutil.which("pkg-config")
+    if not exe:
+        return None
+    try:
+        r = subprocess.run([exe, "--variable=libdir", "idem"],
+                           capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    d = r.stdout.strip()
+    return d if r.returncode == 0 and d else None
+
+
+def _candidates() -> Iterator[Tuple[str, str]]:
     env = os.environ.get("IDEM_LIBRARY")
     if env:
         yield env, "IDEM_LIBRARY"
@@ -33,14 +55,18 @@ def _candidates():
     root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
     if os.path.isfile(os.path.join(root, "include", "idem.h")):
         yield os.path.join(root, "build", "libidem.so"), "the build tree"
+    libdir = pkg_config_libdir()
+    if libdir:
+        for name in (SONAME, "libidem.so"):
+            yield os.path.join(libdir, name), "pkg-config's libdir"
     found = ctypes.util.find_library("idem")
     if found:
         yield found, "the system"
     yield SONAME, "the system"
 
 
-def load():
-    tried = []
+def load() -> Tuple[ctypes.CDLL, str]:
+    tried: List[str] = []
     for path, where in _candidates():
         if where != "the system" and not os.path.exists(path):
             tried.append(path)
@@ -52,8 +78,12 @@ def load():
             if where == "IDEM_LIBRARY":
                 break
     raise LibraryNotFound(
-        "cannot load libidem; tried %s. Build it (cmake --build build) or "
-        "install it, or set IDEM_LIBRARY to its path" % ", ".join(tried))
+        "cannot load libidem; tried %s. Build it (cmake -S . -B build && "
+        "cmake --build build) and install it (cmake --install build, then "
+        "ldconfig; for a prefix of your own, put <prefix>/lib/pkgconfig on "
+        "PKG_CONFIG_PATH so that `pkg-config --variable=libdir idem` names "
+        "it), or set IDEM_LIBRARY to the path of libidem.so"
+        % ", ".join(tried))
 
 
 lib, path = load()
@@ -70,7 +100,7 @@ class _Sized(ctypes.Structure):
     """A struct of idem.h that carries its size first (the ABI rule): made
     with the other fields positionally, size set to the struct's."""
 
-    def __init__(self, *args, **kw):
+    def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(ctypes.sizeof(self), *args, **kw)
 
 
@@ -130,7 +160,7 @@ class Settlement(_Sized):
                 ("rc", c_int)]
 
 
-def _fn(name, restype, *argtypes):
+def _fn(name: str, restype: Any, *argtypes: Any) -> Any:
     f = getattr(lib, name)
     f.restype = restype
     f.argtypes = argtypes
@@ -225,11 +255,14 @@ free_fast.restype = None
 # by one struct.pack_into instead of six descriptor stores.  None on an
 # interpreter where it cannot be established (the binding then stores the
 # fields one by one).
-def _bytes_offset():
+def _bytes_offset() -> Optional[int]:
     try:
         offs = set()
         for b in (b"", b"x", b"idem" * 40):
-            offs.add(ctypes.cast(c_char_p(b), c_void_p).value - id(b))
+            addr = ctypes.cast(c_char_p(b), c_void_p).value
+            if addr is None:
+                return None
+            offs.add(addr - id(b))
         return offs.pop() if len(offs) == 1 else None
     except Exception:
         return None

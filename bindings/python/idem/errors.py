@@ -7,22 +7,24 @@ JSON errors, ``offset`` (the 0-based byte offset into the text).  Each class
 also derives from the nearest built-in exception, so ``except ValueError``
 catches bad JSON and ``except TypeError`` catches misuse.
 """
+from typing import Dict, Optional, Type
 
 
 class IdemError(Exception):
     """A failure reported by libidem (IDEM_ERROR and the base of the rest)."""
 
-    code = 1
-    name = "error"
+    code: int = 1
+    name: str = "error"
 
-    def __init__(self, message, code=None, offset=None):
+    def __init__(self, message: str, code: Optional[int] = None,
+                 offset: Optional[int] = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
         self.offset = offset
 
-    def __str__(self):
+    def __str__(self) -> str:
         return "idem: " + self.message
 
 
@@ -141,7 +143,7 @@ class StaleError(IdemError):
     code, name = 45, "stale"
 
 
-_BY_CODE = {
+_BY_CODE: Dict[int, Type[IdemError]] = {
     cls.code: cls
     for cls in (
         NoMemoryError, MisuseError, InvalidError, RangeError, IdemIOError,
@@ -154,7 +156,8 @@ _BY_CODE = {
 }
 
 
-def error_for(code, message, offset=None):
+def error_for(code: int, message: str,
+              offset: Optional[int] = None) -> IdemError:
     """The exception for C status ``code`` (IdemError for unknown codes)."""
     cls = _BY_CODE.get(code, IdemError)
     return cls(message, code, offset)
@@ -168,7 +171,7 @@ def error_for(code, message, offset=None):
 class ToolOutcome(Exception):
     """Raised by a guarded tool: a definite outcome other than applied."""
 
-    outcome = 0
+    outcome: int = 0
 
 
 class Rejected(ToolOutcome):

@@ -24,10 +24,15 @@ import struct
 import threading
 import time
 import weakref
+from typing import (Any, Callable, Dict, List, Mapping, Optional,
+                    Tuple, Union)
 
 from . import _lib as L
+from . import _aio
+from .natural import natural_tool, _is_args_key_form
 from .core import Policy, _dumps, _name, _text, _args_text, _decode, CLASSES
-from .errors import MisuseError, ToolOutcome, error_for
+from .errors import (InvalidError, MisuseError, NotFoundError, Rejected,
+                     ToolOutcome, error_for)
 
 
 class Outcome(enum.IntEnum):
@@ -46,13 +51,23 @@ class Next(enum.IntEnum):
     WAIT = 4
 
 
-ANSWERS = {1: "succeeded", 2: "failed", 3: "outcome_unknown",
-           4: "already_applied", 5: "conflict", 6: "in_progress",
-           7: "refused", 8: "invalid_arguments"}
-STATES = {1: "pending", 2: "succeeded", 3: "failed", 4: "not_applied",
-          5: "in_doubt", 6: "deduplicated"}
-RESOLUTIONS = {0: None, 1: "executed", 2: "reconciled", 3: "late",
-               4: "replayed"}
+# enum idem_answer, enum idem_state, enum idem_resolution (checked against
+# include/idem.h by tests/test_header.py)
+ANSWERS: Dict[int, str] = {
+    1: "succeeded", 2: "failed", 3: "outcome_unknown", 4: "already_applied",
+    5: "conflict", 6: "in_progress", 7: "refused", 8: "invalid_arguments"}
+STATES: Dict[int, str] = {
+    1: "pending", 2: "succeeded", 3: "failed", 4: "not_applied",
+    5: "in_doubt", 6: "deduplicated"}
+RESOLUTIONS: Dict[int, Optional[str]] = {
+    0: None, 1: "executed", 2: "reconciled", 3: "late", 4: "replayed"}
+
+# the outcomes and status codes the binding hands to C or reads from it
+_APPLIED = int(Outcome.APPLIED)
+_NOT_APPLIED = int(Outcome.NOT_APPLIED)
+_UNKNOWN = int(Outcome.UNKNOWN)
+_INVALID = InvalidError.code
+_NOTFOUND = NotFoundError.code
 
 _byref = ctypes.byref
 _string_at = ctypes.string_at
@@ -66,14 +81,24 @@ _loads = json.loads
 _tls = threading.local()
 _c_char_p = ctypes.c_char_p
 _pack_call = struct.Struct("NPPPPNP").pack  # an idem_call, as bytes
-_OFF = L.BYTES_OFFSET
+_OFF: int = L.BYTES_OFFSET or 0  # unused when None: _call_json_portable
 _copy_context = contextvars.copy_context
 
 
-_sessions = {}
+# A tool function: fn(args, key) -> result (a JSON value); or a status
+# function with the same contract (None: not applied).  Async ones return
+# an awaitable.
+ToolFn = Callable[[Dict[str, Any], str], Any]
+# Tool arguments: the model's JSON text (str or bytes) or a mapping.
+Args = Union[str, bytes, bytearray, memoryview, Mapping[str, Any]]
+# What a run comes to, as the C library takes it: (outcome, result JSON,
+# error text).
+Verdict = Tuple[int, Optional[bytes], Optional[bytes]]
+
+_sessions: Dict[Any, bytes] = {}
 
 
-def _slow_session(session):
+def _slow_session(session: Any) -> bytes:
     s = _name(session, "session")
     if len(_sessions) >= 1024:
         _sessions.clear()
@@ -81,38 +106,44 @@ def _slow_session(session):
     return s
 
 
-def _turn(turn):
+def _turn(turn: Optional[str]) -> Optional[bytes]:
     """The turn id as C takes it: None, or a non-empty text."""
     return None if turn is None else _name(turn, "turn")
 
 
-def _slow_args(args):
+def _slow_args(args: Any) -> bytes:
     if type(args) is str:
         return args.encode("utf-8", "surrogatepass")
     if type(args) is dict:
         try:
             return _dumps(args).encode("utf-8", "surrogatepass")
         except (TypeError, ValueError) as e:
-            raise error_for(4, "args cannot be encoded as JSON: %s" % e)
+            raise error_for(_INVALID, "args cannot be encoded as JSON: %s"
+                            % e) from None
     return _args_text(args)
 
 
-class Envelope(dict):
+class Envelope(Dict[str, Any]):
     """The answer for the model (SPEC §7) as a dict; ``text`` is the JSON
-    text exactly as the library made it (what to hand to the model)."""
+    text exactly as the library made it (what to hand to the model), and
+    ``str(envelope)`` is that text too, for frameworks that turn a tool's
+    return value into the model's message with str()."""
 
     __slots__ = ("text",)
 
-    def __init__(self, text):
+    def __init__(self, text: str) -> None:
         super().__init__(_loads(text))
         self.text = text
 
+    def __str__(self) -> str:
+        return self.text
+
     @property
-    def status(self):
-        return self["status"]
+    def status(self) -> str:
+        return str(self["status"])
 
 
-def _result_text(value):
+def _result_text(value: Any) -> Optional[bytes]:
     """A tool's return value as a JSON text (bytes).  A value json cannot
     encode is an error (MisuseError), never its str(): a record that says
     "succeeded" with "<object at 0x...>" would hide what happened."""
@@ -126,35 +157,39 @@ def _result_text(value):
                           % (type(value).__name__, e)) from None
 
 
-def _verdict(run, is_check):
+def _verdict(run: Callable[[], Any], is_check: bool) -> Verdict:
     """Run a tool (or status function) and say what happened, the way the C
     library takes it: (outcome, result text or None, error text or None)."""
     try:
         value = run()
         if is_check and value is None:
-            return 3, None, None  # the status function found nothing
+            return _NOT_APPLIED, None, None  # the status check found nothing
         if isinstance(value, ToolOutcome):
             raise value
-        return 1, _result_text(value), None
+        return _APPLIED, _result_text(value), None
     except ToolOutcome as e:
         err = str(e).encode("utf-8", "replace") or None
-        return (3 if e.outcome == 2 and is_check else e.outcome), None, err
+        # a status check that "rejects" found nothing applied
+        return (_NOT_APPLIED if e.outcome == Rejected.outcome and is_check
+                else e.outcome), None, err
     except BaseException as e:  # anything else: nobody knows
-        return 4, None, ("%s: %s" % (type(e).__name__, e)).encode(
+        return _UNKNOWN, None, ("%s: %s" % (type(e).__name__, e)).encode(
             "utf-8", "replace")
 
 
 # The idempotency key of the call a tool is running for (idem.current_key()).
-_current_key = contextvars.ContextVar("idem_current_key", default=None)
+_current_key: "contextvars.ContextVar[Optional[str]]" = \
+    contextvars.ContextVar("idem_current_key", default=None)
 
 
-def current_key():
+def current_key() -> Optional[str]:
     """The idempotency key of the guarded call this tool runs for, or None
     outside one.  Set for sync and async tools, and their status checks."""
     return _current_key.get()
 
 
-def _in_context(fn, a, key, context=None):
+def _in_context(fn: ToolFn, a: Any, key: str,
+                context: Optional[contextvars.Context] = None) -> Any:
     """fn(a, key) in a copy of the caller's contextvars (context: the
     Context the call was made in; None: the current one), with
     current_key() set.  A copy: a Context runs in one thread at a time."""
@@ -162,35 +197,35 @@ def _in_context(fn, a, key, context=None):
     return ctx.run(_with_key, fn, a, key)
 
 
-def _with_key(fn, a, key):
+def _with_key(fn: ToolFn, a: Any, key: str) -> Any:
     _current_key.set(key)
     return fn(a, key)
 
 
-def _settled(value):
+def _settled(value: Any) -> Any:
     """What an async tool's awaitable comes to: awaited to the end on this
     thread (a guard worker, which runs no event loop), so the tool really
     runs and its own result is recorded - never the coroutine object."""
     if not inspect.isawaitable(value):
         return value
 
-    async def wait():
+    async def wait() -> Any:
         return await value
     return asyncio.run(wait())
 
 
-def _opt_text(result, result_json):
+def _opt_text(result: Any, result_json: Any) -> Optional[bytes]:
     if result_json is not None:
         return _text(result_json, "result_json")
     return _result_text(result)
 
 
-def _err(g, rc):
+def _err(g: Any, rc: int) -> Exception:
     return error_for(rc, L.guard_errmsg(g).decode("utf-8", "replace")
                      or L.strerror(rc).decode())
 
 
-def _outcome(o):
+def _outcome(o: Any) -> int:
     try:
         return int(Outcome(o))
     except ValueError:
@@ -203,13 +238,16 @@ class _Handle:
 
     __slots__ = ()
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
@@ -226,8 +264,9 @@ class Guard(_Handle):
     one thread.  Raises StoreError (CorruptError, BusyError, ...) when the
     log cannot be opened."""
 
-    def __init__(self, log=None, policy=None):
-        self._g = self._gp = None
+    def __init__(self, log: Any = None, policy: Any = None) -> None:
+        self._g: Optional[int] = None
+        self._gp: Optional[ctypes.c_void_p] = None
         if policy is not None and not isinstance(policy, Policy):
             policy = Policy(policy)
         self.policy = policy
@@ -246,14 +285,14 @@ class Guard(_Handle):
             raise error_for(rc, msg)
         self._g = h.value
         self._gp = _c_void_p(h.value)  # passed as is, no conversion per call
-        self._tools = {}
+        self._tools: Dict[Tuple[str, Any, Any], GuardedTool] = {}
 
-    def _h(self):
+    def _h(self) -> int:
         if self._g is None:
             raise MisuseError("the guard is closed")
         return self._g
 
-    def close(self):
+    def close(self) -> None:
         """Close the guard.  Steps still alive and tool runs still in flight
         keep the C guard until they end."""
         if self._g is not None:
@@ -263,7 +302,8 @@ class Guard(_Handle):
 
     # ---- the two-phase API -------------------------------------------------
 
-    def begin(self, session, call_id, tool, args, turn=None):
+    def begin(self, session: str, call_id: str, tool: str, args: Args,
+              turn: Optional[str] = None) -> "Step":
         """Decide a call; returns a Step.  Bad arguments and refused tools
         are answers (the step says ANSWER), not exceptions; StoreError means
         the log failed and nothing may be called downstream.  ``turn``
@@ -279,9 +319,9 @@ class Guard(_Handle):
             if s.value:
                 L.step_free(s)
             raise e
-        return Step(self, s.value)
+        return Step(self, s.value or 0)
 
-    def recover(self, session, call_id):
+    def recover(self, session: str, call_id: str) -> "Step":
         """A step reconciling one recorded action (what `idem recover` does):
         CHECK when it is in doubt, else ANSWER with what the record holds.
         Raises NotFoundError when there is no such record."""
@@ -290,15 +330,16 @@ class Guard(_Handle):
         rc = L.guard_recover(g, _name(session, "session"),
                              _name(call_id, "call_id"), _byref(s))
         if rc:
-            e = _err(g, rc) if rc != 41 else error_for(
+            e = _err(g, rc) if rc != _NOTFOUND else error_for(
                 rc, "no record of %s %s" % (session, call_id))
             if s.value:
                 L.step_free(s)
             raise e
-        return Step(self, s.value)
+        return Step(self, s.value or 0)
 
-    def settle(self, session, call_id, token, outcome, result=None,
-               result_json=None):
+    def settle(self, session: str, call_id: str, token: int, outcome: int,
+               result: Any = None, result_json: Optional[str] = None
+               ) -> None:
         """Settle an action with a status check made outside a step: a
         compare-and-set on ``token`` (StaleError when it changed)."""
         g = self._h()
@@ -309,8 +350,9 @@ class Guard(_Handle):
         if rc:
             raise _err(g, rc)
 
-    def late(self, session, call_id, token, outcome, result=None,
-             error=None, result_json=None, ended=True):
+    def late(self, session: str, call_id: str, token: int, outcome: int,
+             result: Any = None, error: Optional[str] = None,
+             result_json: Optional[str] = None, ended: bool = True) -> None:
         """Record a result that arrived after the deadline, from wherever it
         arrives; dropped when the action was settled meanwhile.  ``ended``
         says the attempt is over (the tool returned): with UNKNOWN, nothing
@@ -325,7 +367,7 @@ class Guard(_Handle):
         if rc:
             raise _err(g, rc)
 
-    def record(self, session, call_id):
+    def record(self, session: str, call_id: str) -> Dict[str, Any]:
         """The record of one action as a dict (SPEC §5); NotFoundError when
         there is none.  ``result`` is decoded from JSON."""
         g = self._h()
@@ -333,7 +375,7 @@ class Guard(_Handle):
         rc = L.guard_record(g, _name(session, "session"),
                             _name(call_id, "call_id"), _byref(p))
         if rc:
-            if rc == 41:
+            if rc == _NOTFOUND:
                 raise error_for(rc, "no record of %s %s" % (session, call_id))
             raise _err(g, rc)
         try:
@@ -353,15 +395,42 @@ class Guard(_Handle):
 
     # ---- guarded Python tools ---------------------------------------------
 
-    def tool(self, name, status=None):
-        """A decorator: ``@guard.tool("refund_payment", status=check)``
-        makes a GuardedTool of ``fn(args, key)``.  See GuardedTool."""
-        def wrap(fn):
-            return GuardedTool(self, name, fn, status)
+    def tool(self, name: Optional[str] = None,
+             status: Optional[ToolFn] = None, *,
+             session: Optional[str] = None, natural: Optional[bool] = None
+             ) -> Callable[[Callable[..., Any]], Any]:
+        """A decorator: ``@guard.tool("refund_payment", status=check)``.
+
+        Over a natural function - ``def refund_payment(order_id: str,
+        amount_cents: int) -> dict`` - it gives a function with the same
+        name, signature, annotations and docstring, which guards each call
+        and returns the Envelope; the session, call id and turn come from
+        the framework's injected parameters or ``idem.call_context`` (see
+        idem.natural); ``session`` is a default for calls that name none.
+
+        Over ``fn(args, key)`` - two positional parameters named args and
+        key, or two without annotations (``lambda a, k: ...``) - it gives a
+        GuardedTool, called as ``tool(session, call_id, args)``.
+        ``natural=True`` or ``False`` says which, whatever the signature.
+
+        ``name`` is the tool's name in the policy (default: the function's
+        name); ``status(args, key)`` is the status check, in either form."""
+        def wrap(fn: Callable[..., Any]) -> Any:
+            nat = natural
+            if nat is None:
+                nat = not _is_args_key_form(fn)
+            if nat:
+                return natural_tool(self, name, fn, status, session)
+            if session is not None:
+                raise MisuseError("session= is for natural tools; a "
+                                  "GuardedTool takes the session per call")
+            return GuardedTool(self, name or str(getattr(fn, "__name__", "")),
+                               fn, status)
         return wrap
 
-    def call(self, session, call_id, tool, args, run, status=None,
-             turn=None):
+    def call(self, session: str, call_id: str, tool: str, args: Args,
+             run: ToolFn, status: Optional[ToolFn] = None,
+             turn: Optional[str] = None) -> Envelope:
         """Guard one call of ``run(args, key)`` end to end; returns the
         Envelope.  The same as ``guard.tool(tool, status)(run)(...)``."""
         k = (tool, run, status)
@@ -373,19 +442,57 @@ class Guard(_Handle):
         return t(session, call_id, args, turn)
 
 
-def _step_text(step, fn):
+# The step's accessors only read the step (no lock, no log, no callback):
+# called through PyDLL they keep the GIL, where a CDLL call would give it up
+# and take it back - a wait, under load, for every field read.  The step's
+# other functions may wait on the log and go through CDLL (the GIL given up).
+_pydll = ctypes.PyDLL(L.path)
+
+
+def _reader(name: str, restype: Any, *argtypes: Any) -> Any:
+    f = _pydll[name]
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+_SZ = ctypes.POINTER(_c_size_t)
+_step_next = _reader("idem_step_next", ctypes.c_int, _c_void_p)
+_step_answer = _reader("idem_step_answer", ctypes.c_int, _c_void_p)
+_step_key = _reader("idem_step_key", _c_char_p, _c_void_p)
+_step_args = _reader("idem_step_args", _c_void_p, _c_void_p, _SZ)
+_step_check_tool = _reader("idem_step_check_tool", _c_char_p, _c_void_p)
+_step_check_args = _reader("idem_step_check_args", _c_void_p, _c_void_p,
+                           _SZ)
+_step_check_command = _reader("idem_step_check_command", _c_char_p,
+                              _c_void_p)
+_step_check_key = _reader("idem_step_check_key", _c_char_p, _c_void_p)
+_step_check_target = _reader("idem_step_check_target", _c_void_p,
+                             _c_void_p, _SZ)
+_step_attempt = _reader("idem_step_attempt", ctypes.c_int, _c_void_p)
+_step_deadline_ms = _reader("idem_step_deadline_ms", ctypes.c_longlong,
+                            _c_void_p)
+_step_delay_ms = _reader("idem_step_delay_ms", ctypes.c_longlong, _c_void_p)
+_step_envelope = _reader("idem_step_envelope", _c_void_p, _c_void_p, _SZ)
+_step_token = _reader("idem_step_token", ctypes.c_longlong, _c_void_p)
+_time_sleep = time.sleep
+
+
+def _step_text(step: "Step", fn: Any) -> Optional[str]:
     """A (pointer, length) accessor's text, or None."""
     n = _c_size_t()
     p = fn(step._h(), _byref(n))
     return _string_at(p, n.value).decode("utf-8") if p else None
 
 
-def _accessor(fn, convert, doc):
+def _accessor(fn: Any, convert: Optional[Callable[[Any], Any]],
+              doc: str) -> Any:
     """A read-only property of a Step over the accessor fn: convert is
     applied to its value, or None for a (pointer, length) text."""
     if convert is None:
         return property(lambda self: _step_text(self, fn), doc=doc)
-    return property(lambda self: convert(fn(self._h())), doc=doc)
+    conv = convert
+    return property(lambda self: conv(fn(self._h())), doc=doc)
 
 
 class Step(_Handle):
@@ -403,29 +510,31 @@ class Step(_Handle):
 
     __slots__ = ("guard", "_s", "__weakref__")
 
-    def __init__(self, guard, s):
+    def __init__(self, guard: Guard, s: int) -> None:
         self.guard = guard  # keeps the policy alive while the step lives
-        self._s = s
+        self._s: Optional[int] = s
 
-    def _h(self):
+    def _h(self) -> int:
         if self._s is None:
             raise MisuseError("the step is closed")
         return self._s
 
-    def close(self):
+    def close(self) -> None:
         if self._s is not None:
             L.step_free(self._s)
             self._s = None
 
-    def _check(self, rc):
+    def _check(self, rc: int) -> None:
         if rc:
             raise _err(self.guard._g or 0, rc)
 
     @property
-    def next(self):
-        return Next(L.step_next(self._h()))
+    def next(self) -> Next:
+        return Next(_step_next(self._h()))
 
-    def finish(self, outcome, result=None, error=None, result_json=None):
+    def finish(self, outcome: int, result: Any = None,
+               error: Optional[str] = None,
+               result_json: Optional[str] = None) -> None:
         """Report the downstream call: APPLIED with its result (a Python
         value, or ``result_json`` as text), REJECTED, NOT_APPLIED or
         UNKNOWN with an error text."""
@@ -434,55 +543,62 @@ class Step(_Handle):
             self._h(), _outcome(outcome), r, len(r) if r else 0,
             error.encode("utf-8", "replace") if error else None))
 
-    def resolve(self, outcome, result=None, result_json=None):
+    def resolve(self, outcome: int, result: Any = None,
+                result_json: Optional[str] = None) -> None:
         """Report the status check: APPLIED (with its result), NOT_APPLIED,
         or UNKNOWN when the check itself failed."""
         r = _opt_text(result, result_json)
         self._check(L.step_resolve(self._h(), _outcome(outcome), r,
                                    len(r) if r else 0))
 
-    def poll(self):
+    def poll(self) -> None:
         self._check(L.step_poll(self._h()))
 
-    def delivered(self):
+    def delivered(self) -> None:
         """The model is being given the envelope (call it first)."""
         self._check(L.step_delivered(self._h()))
 
-    def attempt_ended(self):
+    def attempt_ended(self) -> None:
         """The attempt about to be finished is known to have ended (the tool
         returned): nothing of it can land later (SPEC 6a)."""
         self._check(L.step_attempt_ended(self._h()))
 
-    key = _accessor(L.step_key, _decode, "the idempotency key")
-    args = _accessor(L.step_args, None, "the arguments to send: canonical "
+    key = _accessor(_step_key, _decode, "the idempotency key")
+    args = _accessor(_step_args, None, "the arguments to send: canonical "
                      "JSON text, the key written into key_arg")
-    check_tool = _accessor(L.step_check_tool, _decode,
+    check_tool = _accessor(_step_check_tool, _decode,
                            "the policy's status tool (CHECK), or None")
-    check_args = _accessor(L.step_check_args, None,
+    check_args = _accessor(_step_check_args, None,
                            "the status tool's arguments (JSON text)")
-    check_command = _accessor(L.step_check_command, _decode,
+    check_command = _accessor(_step_check_command, _decode,
                               "the policy's status command, or None")
-    check_key = _accessor(L.step_check_key, _decode,
+    check_key = _accessor(_step_check_key, _decode,
                           "the key of the action under check")
-    check_target = _accessor(L.step_check_target, None,
+    check_target = _accessor(_step_check_target, None,
                              "the canonical arguments of the action under "
                              "check")
-    attempt = _accessor(L.step_attempt, int, "the coming attempt (1, 2, ...)")
-    deadline_ms = _accessor(L.step_deadline_ms, int,
+    attempt = _accessor(_step_attempt, int, "the coming attempt (1, 2, ...)")
+    deadline_ms = _accessor(_step_deadline_ms, int,
                             "the deadline of the coming EXECUTE or CHECK")
-    delay_ms = _accessor(L.step_delay_ms, int, "wait this long first")
-    token = _accessor(L.step_token, int, "the fencing token the step holds")
+    delay_ms = _accessor(_step_delay_ms, int, "wait this long first")
+    token = _accessor(_step_token, int, "the fencing token the step holds")
 
     @property
-    def answer(self):
+    def answer(self) -> Optional[str]:
         """The envelope's status ("succeeded", ...), None before ANSWER."""
-        return ANSWERS.get(L.step_answer(self._h()))
+        return ANSWERS.get(_step_answer(self._h()))
 
     @property
-    def envelope(self):
+    def envelope(self) -> Optional[Envelope]:
         """The Envelope, once the step says ANSWER (else None)."""
-        t = _step_text(self, L.step_envelope)
+        t = _step_text(self, _step_envelope)
         return Envelope(t) if t is not None else None
+
+    @property
+    def envelope_text(self) -> Optional[str]:
+        """The envelope's JSON text as the library made it, once the step
+        says ANSWER (else None)."""
+        return _step_text(self, _step_envelope)
 
 
 # ---- the synchronous API: Python functions run by idem_guard_call ----------
@@ -496,16 +612,22 @@ class Step(_Handle):
 # after its tool is gone finds nothing and answers UNKNOWN instead of
 # jumping into freed memory.
 
-_registry = weakref.WeakValueDictionary()
+_registry: "weakref.WeakValueDictionary[int, Any]" = \
+    weakref.WeakValueDictionary()
 _next_id = iter(range(1, 1 << 62))
 _inflight = 0
 _inflight_lock = threading.Lock()
 _last_end = 0.0  # when the last tool run ended (time.monotonic())
-_runs = []  # not empty once a call answered while a tool run went on
+# not empty once a call answered while a tool run went on
+_runs: List[int] = []
 exit_wait_s = float(os.environ.get("IDEM_EXIT_WAIT_S", "10"))
 
 
-def _give(pp, data):
+# a NULL check: the tool has no status function
+_NO_CHECK = L.TOOL_FN()  # type: ignore[call-overload]
+
+
+def _give(pp: Any, data: Optional[bytes]) -> None:
     """Hand bytes to C as a NUL-terminated string from idem_malloc() (the
     library frees it)."""
     if data is None:
@@ -518,44 +640,59 @@ def _give(pp, data):
     pp[0] = p
 
 
-def _run(ctx, key, args, args_len, result_pp, error_pp, is_check):
+def _inflight_add(n: int) -> None:
+    """A tool run starts (1) or ends (-1): what the exit waits for."""
     global _inflight, _last_end
     with _inflight_lock:
-        _inflight += 1
+        _inflight += n
+        if n < 0:
+            _last_end = time.monotonic()
+
+
+def _outlived() -> None:
+    """A call answered while its tool run goes on: at exit, wait for it."""
+    if not _runs:
+        _runs.append(1)
+
+
+def _run(ctx: int, key: bytes, args: int, args_len: int, result_pp: Any,
+         error_pp: Any, is_check: bool) -> int:
+    _inflight_add(1)
     try:
         t = _registry.get(ctx)
         fn = t and (t.status if is_check else t.fn)
         if fn is None:
             _give(error_pp, b"the Python tool is gone")
-            return 4
+            return _UNKNOWN
         a = json.loads(_string_at(args, args_len))
-        key = key.decode("utf-8", "surrogateescape")
+        k = key.decode("utf-8", "surrogateescape")
         context = getattr(t, "context", None)
+        run: ToolFn = fn
         outcome, result, error = _verdict(
-            lambda: _settled(_in_context(fn, a, key, context)), is_check)
+            lambda: _settled(_in_context(run, a, k, context)), is_check)
         _give(result_pp, result)
         _give(error_pp, error)
         return outcome
     except BaseException:
-        return 4
+        return _UNKNOWN
     finally:
-        with _inflight_lock:
-            _inflight -= 1
-            _last_end = time.monotonic()
+        _inflight_add(-1)
 
 
-@L.TOOL_FN
-def _run_cb(ctx, key, args, args_len, result_pp, error_pp):
+@L.TOOL_FN  # type: ignore[misc]
+def _run_cb(ctx: int, key: bytes, args: int, args_len: int,
+            result_pp: Any, error_pp: Any) -> int:
     return _run(ctx, key, args, args_len, result_pp, error_pp, False)
 
 
-@L.TOOL_FN
-def _check_cb(ctx, key, args, args_len, result_pp, error_pp):
+@L.TOOL_FN  # type: ignore[misc]
+def _check_cb(ctx: int, key: bytes, args: int, args_len: int,
+              result_pp: Any, error_pp: Any) -> int:
     return _run(ctx, key, args, args_len, result_pp, error_pp, True)
 
 
 @atexit.register
-def _wait_inflight():
+def _wait_inflight() -> None:
     """At exit, give tool runs the guard stopped waiting for a bounded time
     to end, so that their late results are recorded."""
     grace = 0.25  # for the worker's own write of the late result
@@ -585,7 +722,8 @@ class GuardedTool:
     JSON text or a dict, returns the Envelope; ``tool.call_json(...)``
     returns the envelope's JSON text, without parsing it."""
 
-    def __init__(self, guard, name, fn, status=None):
+    def __init__(self, guard: Guard, name: str, fn: ToolFn,
+                 status: Optional[ToolFn] = None) -> None:
         if not callable(fn) or (status is not None and not callable(status)):
             raise MisuseError("a guarded tool and its status are callables")
         self.guard = guard
@@ -595,14 +733,15 @@ class GuardedTool:
         self.status = status
         self._id = next(_next_id)
         _registry[self._id] = self
-        self._ctool = L.Tool(_run_cb, _check_cb if status else L.TOOL_FN(),
+        self._ctool = L.Tool(_run_cb, _check_cb if status else _NO_CHECK,
                              self._id)
         self._ctool_ref = _byref(self._ctool)
-        self._name_addr = id(self._name) + (_OFF or 0)
+        self._name_addr = id(self._name) + _OFF
         self.__name__ = getattr(fn, "__name__", name)
         self.__doc__ = getattr(fn, "__doc__", None)
 
-    def call_json(self, session, call_id, args, turn=None):
+    def call_json(self, session: str, call_id: str, args: Args,
+                  turn: Optional[str] = None) -> str:
         """Guard one call; the envelope's JSON text, unparsed.  ``turn``
         names the model turn that issued the call (the model response's
         id, say): identical calls of one turn are one decision, and run
@@ -644,133 +783,31 @@ class GuardedTool:
             if self.guard._g is None:
                 raise MisuseError("the guard is closed")
             raise _err(self.guard._g, rc)
-        text = out.value  # the envelope: NUL-terminated JSON
+        text: bytes = out.value or b""  # the envelope: NUL-terminated JSON
         _free(out)
         if _inflight:  # a tool run goes on past its answer (or another's)
             _runs.append(1)
         return text.decode()
 
-    def __call__(self, session, call_id, args, turn=None):
+    def __call__(self, session: str, call_id: str, args: Args,
+                 turn: Optional[str] = None) -> Envelope:
         return Envelope(self.call_json(session, call_id, args, turn))
 
-    async def acall(self, session, call_id, args, turn=None):
+    async def acall(self, session: str, call_id: str, args: Args,
+                    turn: Optional[str] = None) -> Envelope:
         """Guard one call from asyncio; the Envelope.  The event loop is
-        never blocked: the log's writes run on threads (asyncio.to_thread),
-        an ``async def`` tool runs as a task of this loop (so it may use the
-        loop's client sessions), a plain one on a thread.  The guard owns
-        the deadline: past it the answer is outcome_unknown (after the
-        status check), while the tool's task goes on, and its result is
-        recorded when it comes (SPEC 6a: a task still running is an attempt
-        that can still land).  Cancelling the caller does not cancel the
-        attempt: the tool's task goes on and its outcome is recorded; the
-        action stays in doubt until then, so a repeat is fenced or
-        reconciled, never run twice.  See the binding's README."""
-        step = await asyncio.to_thread(self.guard.begin, session, call_id,
-                                       self.name, args, turn)
-        gone = []  # the caller was cancelled: the call goes on, unanswered
-        drive = asyncio.ensure_future(self._adrive(step, session, call_id,
-                                                   gone))
-        _detached.add(drive)
-        drive.add_done_callback(_detached.discard)
-        try:
-            return await asyncio.shield(drive)
-        except asyncio.CancelledError:
-            gone.append(1)
-            raise
-
-    async def _adrive(self, step, session, call_id, gone):
-        try:
-            return await self._asteps(step, session, call_id, gone)
-        finally:
-            step.close()
-
-    async def _asteps(self, step, session, call_id, gone):
-        while True:
-            n = step.next
-            if n == Next.ANSWER:
-                if not gone:  # a cancelled caller was told nothing
-                    await asyncio.to_thread(step.delivered)
-                return step.envelope
-            if n == Next.WAIT:
-                await asyncio.sleep(step.delay_ms / 1000)
-                await asyncio.to_thread(step.poll)
-            elif n == Next.EXECUTE:
-                if step.delay_ms:
-                    await asyncio.sleep(step.delay_ms / 1000)
-                task = _attempt(self.fn, json.loads(step.args), step.key,
-                                False)
-                done, _ = await asyncio.wait({task},
-                                             timeout=step.deadline_ms / 1000)
-                if done:
-                    outcome, result, error = task.result()
-                    await asyncio.to_thread(_finish_ended, step, outcome,
-                                            result, error)
-                else:
-                    _record_late(self.guard, session, call_id, step.token,
-                                 task)
-                    await asyncio.to_thread(
-                        step.finish, Outcome.UNKNOWN, None,
-                        "no answer within %d ms" % step.deadline_ms)
-            else:  # CHECK
-                if self.status is None:
-                    await asyncio.to_thread(step.resolve, Outcome.UNKNOWN)
-                    continue
-                task = _attempt(self.status, json.loads(step.check_target),
-                                step.check_key, True)
-                done, _ = await asyncio.wait({task},
-                                             timeout=step.deadline_ms / 1000)
-                outcome, result = Outcome.UNKNOWN, None
-                if done:
-                    outcome, result, _ = task.result()
-                await asyncio.to_thread(step.resolve, outcome, None,
-                                        result.decode() if result else None)
-
-
-_detached = set()  # tasks that outlive their caller: kept until they end
-
-
-def _attempt(fn, a, key, is_check):
-    """The tool (or status function) as a task of the running loop: an
-    async def is awaited on the loop, a plain function runs on a thread.
-    The task's result is (outcome, result text, error text)."""
-    async def run():
-        _current_key.set(key)
-        if inspect.iscoroutinefunction(fn):
-            try:
-                value = await fn(a, key)
-            except BaseException as e:  # judged below, as a sync tool's
-                exc = e
-
-                def value_of():
-                    raise exc
-                return _verdict(value_of, is_check)
-            return _verdict(lambda: value, is_check)
-        return await asyncio.to_thread(
-            _verdict, lambda: _settled(_in_context(fn, a, key)), is_check)
-    t = asyncio.ensure_future(run())
-    _detached.add(t)
-    t.add_done_callback(_detached.discard)
-    return t
-
-
-def _finish_ended(step, outcome, result, error):
-    step.attempt_ended()  # the tool returned: nothing of it can land later
-    step.finish(outcome, None, error.decode("utf-8", "replace")
-                if error else None, result.decode() if result else None)
-
-
-def _record_late(guard, session, call_id, token, task):
-    """When the tool's task ends after the deadline, record its outcome
-    (on a thread: the log's write)."""
-    def done(t):
-        if t.cancelled():
-            return
-        outcome, result, error = t.result()
-        _detached.add(asyncio.ensure_future(asyncio.to_thread(
-            guard.late, session, call_id, token, outcome, None,
-            error.decode("utf-8", "replace") if error else None,
-            result.decode() if result else None)))
-    task.add_done_callback(done)
+        never blocked: the log's writes run on threads of the binding's
+        own, an ``async def`` tool runs as a task of this loop (so it may
+        use the loop's client sessions), a plain one on a thread.  The
+        guard owns the deadline: past it the answer is outcome_unknown
+        (after the status check), while the tool's task goes on, and its
+        result is recorded when it comes (SPEC 6a: a task still running is
+        an attempt that can still land).  Cancelling the caller does not
+        cancel the attempt: it goes on to its end and its outcome is
+        recorded, but it is not delivered (the model was not told), so a
+        re-issue is answered already_applied or fenced, never run twice.
+        See the binding's README."""
+        return Envelope(await _aio.acall(self, session, call_id, args, turn))
 
 
 class _WithContext:
@@ -780,15 +817,17 @@ class _WithContext:
 
     __slots__ = ("fn", "status", "context", "_ctool", "__weakref__")
 
-    def __init__(self, tool, context):
+    def __init__(self, tool: "GuardedTool",
+                 context: contextvars.Context) -> None:
         self.fn, self.status, self.context = tool.fn, tool.status, context
         cid = next(_next_id)
         _registry[cid] = self
         self._ctool = L.Tool(_run_cb, _check_cb if tool.status
-                             else L.TOOL_FN(), cid)
+                             else _NO_CHECK, cid)
 
 
-def _call_json_portable(self, session, call_id, args, turn=None):
+def _call_json_portable(self: GuardedTool, session: str, call_id: str,
+                        args: Args, turn: Optional[str] = None) -> str:
     """GuardedTool.call_json where CPython's bytes layout is not known: a
     ctypes idem_call per call."""
     s = _name(session, "session")
@@ -806,10 +845,10 @@ def _call_json_portable(self, session, call_id, args, turn=None):
         if out:
             _free(out)
         raise _err(self.guard._g or 0, rc)
-    text = out.value
+    text = out.value or b""
     _free(out)
     return text.decode()
 
 
-if _OFF is None:
-    GuardedTool.call_json = _call_json_portable
+if L.BYTES_OFFSET is None:
+    setattr(GuardedTool, "call_json", _call_json_portable)

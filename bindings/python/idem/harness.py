@@ -12,6 +12,7 @@ library canonicalizes it, and rejects a duplicate member or a huge integer
 that json.loads would quietly accept), a dict stays a dict.
 """
 from collections import namedtuple
+from typing import Any
 
 from .errors import InvalidError, MisuseError
 
@@ -23,7 +24,7 @@ class ToolCall(namedtuple("ToolCall", "id name arguments")):
     __slots__ = ()
 
     @classmethod
-    def parse(cls, obj):
+    def parse(cls, obj: Any) -> "ToolCall":
         """A ToolCall from an OpenAI- or Anthropic-style tool call (a dict,
         or an SDK object with the same attributes)."""
         if not isinstance(obj, dict):
