@@ -30,7 +30,7 @@ from .errors import (
     CorruptError, StaleError, ToolOutcome, Rejected, NotApplied)
 from .core import canon, key, Key, Policy, strerror, version
 from .guard import (Guard, Step, GuardedTool, Envelope, Outcome, Next,
-                    current_key)
+                    current_key, http_missing)
 from .natural import call_context, current_call, CallContext
 from .harness import ToolCall
 from . import _lib
@@ -46,7 +46,7 @@ __all__ = [
     "canon", "key", "Key", "Policy", "strerror", "version",
     "Guard", "Step", "GuardedTool", "Envelope", "Outcome", "Next", "ToolCall",
     "APPLIED", "REJECTED", "NOT_APPLIED", "UNKNOWN", "library_path",
-    "current_key", "call_context", "current_call", "CallContext",
+    "current_key", "http_missing", "call_context", "current_call", "CallContext",
 ]
 
 __version__ = "0.3.0"

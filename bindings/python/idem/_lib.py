@@ -203,6 +203,10 @@ guard_close = _fn("idem_guard_close", None, c_void_p)
 guard_errmsg = _fn("idem_guard_errmsg", c_char_p, c_void_p)
 guard_begin = _fn("idem_guard_begin", c_int, c_void_p, P(Call), PP)
 guard_call = _fn("idem_guard_call", c_int, c_void_p, P(Call), P(Tool), PP, SZ)
+# HTTP tools, run by the library itself (hooks: NULL)
+guard_run = _fn("idem_guard_run", c_int, c_void_p, P(Call), c_void_p, PP, SZ)
+http_missing = _fn("idem_http_missing", c_char_p)
+policy_http = _fn("idem_policy_http", c_int, c_void_p, c_char_p)
 guard_recover = _fn("idem_guard_recover", c_int, c_void_p, c_char_p,
                     c_char_p, PP)
 guard_settle = _fn("idem_guard_settle", c_int, c_void_p, c_char_p, c_char_p,

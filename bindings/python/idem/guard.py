@@ -182,6 +182,14 @@ _current_key: "contextvars.ContextVar[Optional[str]]" = \
     contextvars.ContextVar("idem_current_key", default=None)
 
 
+def http_missing() -> Optional[str]:
+    """None when this process can run the policy's HTTP tools (Guard.run),
+    else why not: libidem built without HTTP support, or libcurl missing
+    (with the package to install)."""
+    m = L.http_missing()
+    return m.decode("utf-8", "replace") if m else None
+
+
 def current_key() -> Optional[str]:
     """The idempotency key of the guarded call this tool runs for, or None
     outside one.  Set for sync and async tools, and their status checks."""
@@ -320,6 +328,32 @@ class Guard(_Handle):
                 L.step_free(s)
             raise e
         return Step(self, s.value or 0)
+
+    def run(self, session: str, call_id: str, tool: str, args: Args,
+            turn: Optional[str] = None) -> Envelope:
+        """Guard one call of an HTTP tool of the policy (its "http" rule,
+        docs/POLICY.md) end to end: the library makes the request within
+        the tool's timeout_ms, retries with the same key, reconciles an
+        unknown outcome with an HTTP status tool, and answers.  The
+        envelope is marked delivered.  PolicyError when the tool has no
+        "http" rule; IdemError when HTTP tools cannot run in this process
+        (idem.http_missing() says why)."""
+        g = self._h()
+        a = _args_text(args)
+        c = _Call(_name(session, "session"), _name(call_id, "call_id"),
+                  _name(tool, "tool"), a, len(a), _turn(turn))
+        out = _c_void_p()
+        n = ctypes.c_size_t()
+        rc = L.guard_run(g, _byref(c), None, _byref(out), _byref(n))
+        if rc:
+            if out.value:
+                L.free(out)
+            raise _err(g, rc)
+        try:
+            text = ctypes.string_at(out.value or 0, n.value).decode()
+        finally:
+            L.free(out)
+        return Envelope(text)
 
     def recover(self, session: str, call_id: str) -> "Step":
         """A step reconciling one recorded action (what `idem recover` does):
