@@ -30,6 +30,7 @@
 #include <grp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -2316,13 +2317,13 @@ static void test_pg_schema(void) {
 ** network failure would): every call ends OK by retrying, nothing is
 ** inserted twice or lost, and changes are applied once. */
 typedef struct cutter {
-  volatile int stop;
+  atomic_int stop; /* set by the main thread when the workers are done */
   int cuts;
 } cutter;
 
 static void *cut_thread(void *arg) {
   cutter *c = arg;
-  while (!c->stop) {
+  while (!atomic_load(&c->stop)) {
     if (pg_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                "WHERE application_name = 'idem' AND pid <> "
                "pg_backend_pid()"))
@@ -2393,7 +2394,7 @@ static void test_pg_lost(void) {
     errors += w[i].errors;
     twice += w[i].applied_twice;
   }
-  cut.stop = 1;
+  atomic_store(&cut.stop, 1);
   pthread_join(ct, NULL);
   printf("  lost connections: %d cuts during %d begins and changes\n", cut.cuts,
          W * N);
