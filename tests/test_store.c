@@ -1747,6 +1747,8 @@ static void guard_runs_nothing(const char *url, const char *needle) {
   int runs = 0, rc;
   memset(&call, 0, sizeof call);
   memset(&tool, 0, sizeof tool);
+  call.size = sizeof call;
+  tool.size = sizeof tool;
   call.session = "uw";
   call.call_id = "toolu_1";
   call.tool = "refund_payment";
