@@ -3,7 +3,8 @@
 #
 #   make demo   install what is missing, build, and run `idem demo`
 #   make test   the whole suite: Release and ASan+UBSan builds with -Werror,
-#               every CTest test in each, and a short libFuzzer run
+#               every CTest test in each, the threaded tests under
+#               ThreadSanitizer, and a short libFuzzer run
 
 JOBS ?= 2
 FUZZ_SECONDS ?= 30
@@ -11,7 +12,7 @@ FUZZ_SECONDS ?= 30
 TORTURE_N ?= 2000
 TORTURE_J ?= 2
 
-.PHONY: all deps build demo test test-release test-asan fuzz bench torture torture-pg install clean
+.PHONY: all deps build demo test test-release test-asan tsan fuzz bench torture torture-pg install clean
 
 all: build
 
@@ -27,7 +28,7 @@ demo: build
 
 test: deps
 	@scripts/install-deps.sh --peers
-	$(MAKE) test-release test-asan fuzz
+	$(MAKE) test-release test-asan tsan fuzz
 
 test-release:
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DIDEM_WERROR=ON
@@ -39,6 +40,19 @@ test-asan:
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS)
+
+# ThreadSanitizer: the tests labelled tsan (tests/CMakeLists.txt: the
+# guard's workers, the store's group commit, the command's threads).  A
+# report ends its process and leaves a file in build-tsan/tsan/: any file
+# there fails the target, whatever the tests' exit statuses said.
+tsan:
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON -DIDEM_TSAN=ON
+	cmake --build build-tsan -j $(JOBS)
+	rm -rf build-tsan/tsan && mkdir build-tsan/tsan
+	cd build-tsan && { ctest --output-on-failure -j $(JOBS) -L tsan; rc=$$?; \
+	  if [ -n "$$(ls tsan)" ]; then cat tsan/*; \
+	    echo "ThreadSanitizer: $$(ls tsan | wc -l) report(s), above"; exit 1; fi; \
+	  exit $$rc; }
 
 # A short coverage-guided run of each target from the committed corpus.
 fuzz:
@@ -63,4 +77,4 @@ install: build
 	cmake --install build
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz

@@ -23,11 +23,14 @@
 ** allowed fewer connections than threads.
 */
 #define _XOPEN_SOURCE 700
+#define _DEFAULT_SOURCE /* setgroups */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -1711,35 +1714,165 @@ static void test_locked(void) {
   st->vt->close(st);
 }
 
-static void test_unwritable(void) {
-  char p[600], q[700];
+/*
+** A log idem may not write: a parent that is a regular file, a read-only
+** log, a directory it may not create the log in, and a log whose directory
+** was closed after it was made (SQLite must create its -wal beside it).
+** Each fails with IDEM_STORE and a message that names the file and the
+** reason, and a guard on such a log runs no tool: the tool's function is
+** never called.  File modes bind only a user the kernel holds to them, and
+** CI runs as root, so the cases run in a forked child that, under root,
+** first drops to nobody (uid and gid 65534, no supplementary groups) and
+** proves it cannot take root back; the real errno paths are tested, not an
+** injected fault (test_faults does those).
+*/
+#define NOBODY 65534
+
+static int count_run(void *ctx, const char *key, const char *args,
+                     size_t args_len, char **result, char **error) {
+  (void)key, (void)args, (void)args_len, (void)error;
+  ++*(int *)ctx;
+  *result = NULL;
+  return IDEM_OUTCOME_APPLIED;
+}
+
+/* A guard on url: opening it fails with IDEM_STORE and a message holding
+** needle; a caller that goes on with the handle is refused; no tool ran. */
+static void guard_runs_nothing(const char *url, const char *needle) {
+  idem_guard *g = NULL;
+  idem_call call;
+  idem_tool tool;
+  char *env = NULL;
+  size_t len = 0;
+  int runs = 0, rc;
+  memset(&call, 0, sizeof call);
+  memset(&tool, 0, sizeof tool);
+  call.size = sizeof call;
+  tool.size = sizeof tool;
+  call.session = "uw";
+  call.call_id = "toolu_1";
+  call.tool = "refund_payment";
+  call.args = "{\"order_id\":\"o_1\"}";
+  call.args_len = strlen(call.args);
+  tool.run = count_run;
+  tool.ctx = &runs;
+  rc = idem_guard_open(url, NULL, &g);
+  CHECK_INT(rc, IDEM_STORE);
+  CHECK(g != NULL);
+  if (g) {
+    const char *msg = idem_guard_errmsg(g);
+    if (!msg || !strstr(msg, needle)) {
+      fprintf(stderr, "  guard on %s: message \"%s\" lacks \"%s\"\n", url,
+              msg ? msg : "(null)", needle);
+      check_failed++;
+    } else {
+      check_passed++;
+      printf("  guard on an unwritable log: %s\n", msg);
+    }
+    /* the caller that goes on anyway is refused, and nothing runs */
+    CHECK(idem_guard_call(g, &call, &tool, &env, &len) != IDEM_OK);
+    idem_free(env);
+    idem_guard_close(g);
+  }
+  CHECK_INT(runs, 0);
+}
+
+static void unwritable_cases(const char *dir) {
+  char p[700], q[800], url[820];
   FILE *f;
-  path_in(p, sizeof p, "plainfile");
-  f = fopen(p, "w");
-  if (f) fclose(f);
+  idem__store *st;
   /* a parent that is a regular file */
+  snprintf(p, sizeof p, "%s/plainfile", dir);
+  f = fopen(p, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
   snprintf(q, sizeof q, "%s/sub/attempts.db", p);
   expect_open_fail(q, IDEM_STORE, "Not a directory");
-  if (geteuid() == 0) {
-    printf("  running as root: permission cases skipped (root writes "
-           "anyway); the fault VFS covers failing writes\n");
-    return;
-  }
-  /* a read-only file */
-  path_in(p, sizeof p, "readonly.db");
-  {
-    idem__store *st = open_ok(p);
-    if (st) st->vt->close(st);
-  }
-  chmod(p, 0400);
+  snprintf(url, sizeof url, "sqlite:%s", q);
+  guard_runs_nothing(url, "Not a directory");
+  /* a read-only log */
+  snprintf(p, sizeof p, "%s/readonly.db", dir);
+  if ((st = open_ok(p)) != NULL) st->vt->close(st);
+  CHECK_INT(chmod(p, 0400), 0);
   expect_open_fail(p, IDEM_STORE, "readonly.db");
-  chmod(p, 0600);
+  snprintf(url, sizeof url, "sqlite:%s", p);
+  guard_runs_nothing(url, "read-only");
   /* a directory we may not write in */
-  path_in(p, sizeof p, "closed");
-  mkdir(p, 0500);
+  snprintf(p, sizeof p, "%s/closed", dir);
+  CHECK_INT(mkdir(p, 0500), 0);
   snprintf(q, sizeof q, "%s/attempts.db", p);
   expect_open_fail(q, IDEM_STORE, "Permission denied");
-  chmod(p, 0700);
+  snprintf(url, sizeof url, "sqlite:%s", q);
+  guard_runs_nothing(url, "Permission denied");
+  /* a log made, closed, then its directory closed: no -wal can be made */
+  snprintf(p, sizeof p, "%s/closed_later", dir);
+  CHECK_INT(mkdir(p, 0700), 0);
+  snprintf(q, sizeof q, "%s/attempts.db", p);
+  if ((st = open_ok(q)) != NULL) st->vt->close(st);
+  CHECK_INT(chmod(p, 0500), 0);
+  expect_open_fail(q, IDEM_STORE, "closed_later");
+  snprintf(url, sizeof url, "sqlite:%s", q);
+  guard_runs_nothing(url, "readonly database");
+}
+
+static void test_unwritable(void) {
+  char dir[600];
+  pid_t pid;
+  int st = 0, root = geteuid() == 0;
+  unsigned long passed0 = check_passed, failed0 = check_failed;
+  path_in(dir, sizeof dir, "unwritable");
+  CHECK_INT(mkdir(dir, 0700), 0);
+  if (root) {
+    /* nobody's own directory, and a way into it through ours */
+    CHECK_INT(chown(dir, NOBODY, NOBODY), 0);
+    CHECK_INT(chmod(g_dir, 0711), 0);
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid = fork();
+  if (pid == 0) {
+    if (root) {
+      if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 ||
+          setuid(NOBODY) != 0) {
+        printf("  cannot become uid %d: %s\n", NOBODY, strerror(errno));
+        fflush(stdout);
+        _exit(1);
+      }
+      CHECK_INT(geteuid(), NOBODY);
+      CHECK_INT(getegid(), NOBODY);
+      CHECK(setuid(0) != 0); /* root is gone for good */
+      printf("  unwritable logs as uid %d (dropped from root)\n", NOBODY);
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+      printf("  uid %d cannot reach %s (%s): give test_store a DIR, or a "
+             "TMPDIR, that others may enter\n",
+             (int)geteuid(), dir, strerror(errno));
+      check_failed++;
+    } else
+      unwritable_cases(dir);
+    printf("  unwritable logs: %lu passed, %lu failed\n",
+           check_passed - passed0, check_failed - failed0);
+    fflush(stdout);
+    fflush(stderr);
+    /* _exit: the parent's atexit work (and LeakSanitizer's, which cannot
+    ** trace a process that changed its uid) is not the child's */
+    _exit(check_failed > failed0 ? 1 : check_passed > passed0 ? 0 : 2);
+  }
+  CHECK(pid > 0);
+  if (pid > 0) {
+    CHECK_INT(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st));
+    CHECK_INT(WEXITSTATUS(st), 0);
+  }
+  if (root) CHECK_INT(chmod(g_dir, 0700), 0);
+  /* the parent removes what the child left closed */
+  {
+    char p[700];
+    snprintf(p, sizeof p, "%s/closed", dir);
+    chmod(p, 0700);
+    snprintf(p, sizeof p, "%s/closed_later", dir);
+    chmod(p, 0700);
+  }
 }
 
 typedef struct fault_arg {
@@ -2186,13 +2319,13 @@ static void test_pg_schema(void) {
 ** network failure would): every call ends OK by retrying, nothing is
 ** inserted twice or lost, and changes are applied once. */
 typedef struct cutter {
-  volatile int stop;
+  atomic_int stop; /* set by the main thread when the workers are done */
   int cuts;
 } cutter;
 
 static void *cut_thread(void *arg) {
   cutter *c = arg;
-  while (!c->stop) {
+  while (!atomic_load(&c->stop)) {
     if (pg_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                "WHERE application_name = 'idem' AND pid <> "
                "pg_backend_pid()"))
@@ -2263,7 +2396,7 @@ static void test_pg_lost(void) {
     errors += w[i].errors;
     twice += w[i].applied_twice;
   }
-  cut.stop = 1;
+  atomic_store(&cut.stop, 1);
   pthread_join(ct, NULL);
   printf("  lost connections: %d cuts during %d begins and changes\n", cut.cuts,
          W * N);

@@ -1,5 +1,5 @@
 """Bad input through the Python binding raises the right typed exception:
-every rejection case of tests/jcs and every bad policy of tests/policy
+every rejection case of tests/data/jcs and every bad policy of tests/policy
 (the same data the C suites use), wrong Python types, logs that cannot be
 used, a library that cannot be found; and what a model sends wrong is an
 answer (invalid_arguments), not an exception."""
@@ -10,10 +10,10 @@ import unittest
 
 from tests.support import idem, REPO, PKG, LogTest, ARGS
 
-JCS = os.path.join(REPO, "tests", "jcs")
+JCS = os.path.join(REPO, "tests", "data", "jcs")
 POLICIES = os.path.join(REPO, "tests", "policy")
 
-# the short status names of tests/jcs/*/error -> the exception class
+# the short status names of tests/data/jcs/*/error -> the exception class
 BY_NAME = {cls.name: cls for cls in (
     idem.JSONSyntaxError, idem.TrailingBytesError, idem.UTF8Error,
     idem.SurrogateError, idem.DuplicateMemberError, idem.NumberOverflowError,
