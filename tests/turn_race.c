@@ -13,8 +13,10 @@
 **   2. one call of turn "t2", after the model was told: it applies (a
 **      later turn's repeat is a new decision);
 **   3. in a second session, N calls without a turn id, released at once:
-**      one application (they began within coalesce_ms, 300 here), and one
-**      more call without a turn id after 400 ms: it applies.
+**      one application (they began within coalesce_ms, 1000 here: wide,
+**      so that 16 processes of a sanitizer build on 2 busy cores still
+**      begin inside it), and one more call without a turn id after
+**      1100 ms: it applies.
 ** The tool appends one line per application to a ledger file (O_APPEND);
 ** after every run the ledger is counted.  Exit 0 when every run held; 1,
 ** with what did not, when one did not.
@@ -35,7 +37,7 @@
 
 static const char POLICY[] =
     "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\",\"timeout_ms\":"
-    "10000,\"wait_ms\":10000,\"coalesce_ms\":300}}}";
+    "10000,\"wait_ms\":10000,\"coalesce_ms\":1000}}}";
 static const char ARGS[] = "{\"order_id\":\"ord_1\",\"amount_cents\":6000}";
 
 static int g_ledger = -1;
@@ -132,12 +134,17 @@ static void burst(idem_guard *g, int procs, const char *session,
   }
   {
     /* processes: each is this program again (exec: a fork of a process
-    ** whose log threads run may take no lock), opens its own guard, waits
-    ** for the word (EOF on its stdin), makes its call and prints its
-    ** envelope */
-    int start[2], out[MAX_N][2];
+    ** whose log threads run may take no lock), opens its own guard, says
+    ** so on the ready pipe, waits for the word (EOF on its stdin), makes
+    ** its call and prints its envelope.  The word is given when every
+    ** child is ready (or dead): a slow open would otherwise start a
+    ** caller after the window its peers opened. */
+    int start[2], ready[2], out[MAX_N][2], got_ready = 0;
     pid_t pid[MAX_N];
-    if (pipe(start)) exit(2);
+    char rfd[16], b;
+    if (pipe(start) || pipe(ready)) exit(2);
+    snprintf(rfd, sizeof rfd, "%d", ready[1]);
+    setenv("TURN_RACE_READY_FD", rfd, 1);
     for (i = 0; i < n; i++) {
       char cid[16];
       snprintf(cid, sizeof cid, "c%d", i);
@@ -146,6 +153,7 @@ static void burst(idem_guard *g, int procs, const char *session,
         char *av[] = {g_self,        (char *)g_log, "child", (char *)session,
                       cid,           (char *)(turn ? turn : "-"), NULL};
         close(start[1]);
+        close(ready[0]);
         close(out[i][0]);
         if (dup2(start[0], 0) < 0 || dup2(out[i][1], 1) < 0) _exit(3);
         execv(g_self, av);
@@ -154,7 +162,10 @@ static void burst(idem_guard *g, int procs, const char *session,
       close(out[i][1]);
     }
     close(start[0]);
-    usleep(100000); /* every child opened its guard (or soon will) */
+    close(ready[1]);
+    while (got_ready < n && read(ready[0], &b, 1) == 1) got_ready++;
+    close(ready[0]);
+    if (got_ready < n) fail("burst", "a caller did not open its guard", -1);
     close(start[1]); /* EOF: go */
     for (i = 0; i < n; i++) {
       char buf[8192];
@@ -211,13 +222,17 @@ int main(int argc, char **argv) {
   }
   g_log = argv[1];
   if (strcmp(argv[2], "child") == 0 && argc == 6) {
-    /* one caller of a burst: ready, wait for the word, call, print */
-    char b, *env;
+    /* one caller of a burst: open, say ready, wait for the word, call,
+    ** print */
+    char b = 'r', *env;
     const char *fd = getenv("TURN_RACE_LEDGER_FD"); /* inherited */
+    const char *ready = getenv("TURN_RACE_READY_FD");
     g_ledger = fd ? atoi(fd) : -1;
     if (idem_policy_parse(POLICY, strlen(POLICY), "policy", &p) ||
         idem_guard_open(g_log, p, &g))
       return 3;
+    if (!ready || write(atoi(ready), &b, 1) != 1) return 3;
+    close(atoi(ready));
     while (read(0, &b, 1) > 0) {
     }
     env = one(g, argv[3], argv[4], strcmp(argv[5], "-") ? argv[5] : NULL);
@@ -272,7 +287,7 @@ int main(int argc, char **argv) {
       fail("no turn, within coalesce_ms", "applied twice or never", run);
     check_burst(envs, n, run, "no turn, within coalesce_ms");
     if (run == 0 || run == runs - 1) { /* the window closes: twice is enough */
-      usleep(400000);
+      usleep(1100000);
       before = ledger_lines();
       if (!(e = one(g, session, "late", NULL)) ||
           !strstr(e, "{\"status\":\"succeeded\""))
