@@ -1740,7 +1740,11 @@ int idem_guard_record(idem_guard *g, const char *session, const char *call_id,
 
 /* One run of a tool function.  Shared by the caller and the worker; the
 ** last of the two to let go frees it.  A run the caller stopped waiting for
-** (abandoned) records its own late result. */
+** (abandoned) records its own late result, and only such a run holds the
+** guard: a run that ended in time leaves every reference of the guard to
+** its caller, so the last one is never dropped on a worker thread while
+** the program that closed its guard is already exiting (the store and
+** OpenSSL torn down under exit()'s cleanup: found by make tsan). */
 typedef struct run_job {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -1750,7 +1754,7 @@ typedef struct run_job {
   size_t args_len;
   int outcome;
   char *result, *error; /* the tool's, from idem_malloc() */
-  idem_guard *g;        /* held (refs) for the late record */
+  idem_guard *g;        /* held (refs) once abandoned, for the late record */
   char *session, *call_id;
   long long token;
 } run_job;
@@ -1769,7 +1773,7 @@ static void job_unref(run_job *j) {
   idem__free(j->args);
   idem__free(j->session);
   idem__free(j->call_id);
-  guard_unref(j->g);
+  if (j->abandoned) guard_unref(j->g);
   idem__free(j);
 }
 
@@ -1946,9 +1950,6 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
     idem__free(j);
     return IDEM_NOMEM;
   }
-  pthread_mutex_lock(&s->g->mu);
-  s->g->refs++;
-  pthread_mutex_unlock(&s->g->mu);
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&j->cv, &ca);
@@ -1970,7 +1971,10 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
     j->result = j->error = NULL;
     *ended = 1; /* the tool function returned */
   } else {
-    j->abandoned = 1;
+    j->abandoned = 1; /* the worker reads it under j->mu, after this */
+    pthread_mutex_lock(&s->g->mu);
+    s->g->refs++; /* dropped by the job's last reference */
+    pthread_mutex_unlock(&s->g->mu);
     *outcome = IDEM_OUTCOME_UNKNOWN;
     /* the reason, for the record and the model's words (freed by the
     ** caller with idem__free(), as a tool's own error is) */
