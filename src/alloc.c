@@ -2,7 +2,8 @@
 ** alloc.c - all heap use of libidem goes through here.
 **
 ** Keeping one door lets users plug in their own allocator and lets the test
-** suite fail the Nth allocation (tests/test_alloc.c), proving that every
+** suite fail the Nth allocation (tests/test_canon.c for the canonicalizer,
+** tests/test_policy.c for parsing and explaining a policy), proving that every
 ** out-of-memory path returns IDEM_NOMEM and leaks nothing.
 */
 #include <stdlib.h>

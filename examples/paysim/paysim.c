@@ -812,8 +812,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   fprintf(stderr, "paysim: listening on 127.0.0.1:%u\n", (unsigned)info->port);
+  pthread_mutex_lock(&S.mu); /* the daemon's threads already serve */
   if (S.ledger.n)
     fprintf(stderr, "paysim: ledger %s: %zu refunds\n", ledger, S.ledger.n);
+  pthread_mutex_unlock(&S.mu);
 
   while (sigwait(&stop, &sig) != 0) {
   }
