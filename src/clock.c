@@ -24,6 +24,12 @@ long long idem__mono_ms(void) {
   return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+long long idem__mono_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
 void idem__mono_after(long long ms, struct timespec *at) {
   clock_gettime(CLOCK_MONOTONIC, at);
   at->tv_sec += (time_t)(ms / 1000);

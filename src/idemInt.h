@@ -59,6 +59,8 @@ struct timespec;
 long long idem__wall_ms(void);
 /* Milliseconds of CLOCK_MONOTONIC: what waits and deadlines count in. */
 long long idem__mono_ms(void);
+/* Microseconds of CLOCK_MONOTONIC: short waits awake. */
+long long idem__mono_us(void);
 /* *at = CLOCK_MONOTONIC now + ms (for pthread_cond_timedwait on a
 ** condition variable set to CLOCK_MONOTONIC). */
 void idem__mono_after(long long ms, struct timespec *at);
