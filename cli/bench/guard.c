@@ -9,15 +9,25 @@
 **                  any log kept in SQLite, which writes WAL frames (page +
 **                  24-byte header) and syncs them
 **   guard_call     a guarded call, single session, in process, against
-**                  fdatasync (target: at most 1.25x)
+**                  sqlite_commit (target: at most 1.5x) and fdatasync
+**   sqlite_commit_tmpfs, guard_call_tmpfs
+**                  the same two on tmpfs (/dev/shm), where no sync costs
+**                  anything: the CPU around the sync (target: a guarded
+**                  call at most 2.5x one SQLite commit of the same row)
 **   guard_32       32 sessions at once (threads): calls/s against the single
-**                  session rate (target: at least 5x, group commit)
+**                  session rate (target: at least 8x, group commit)
 **   replay         a repeated call answered from the log, in process
 **                  (target: under 20 us)
 **   recover        `idem recover --batch` of 100k in-doubt records with a
 **                  trivial status check (target: under 5 s)
 **   python_sqlite3 Python's sqlite3 with an idempotency table, a transaction
-**                  per step, on the same disk
+**                  per step, on the same disk (target: at least 2x slower)
+**
+** Every log is measured in its steady state, as a long-lived one runs:
+** calls (untimed) first until its WAL has been checkpointed and restarted,
+** so that the timed commits overwrite blocks the WAL already has.  On a
+** fresh log every sync also grows the file and syncs its size (an ext4
+** journal commit): on this VM that alone made a guarded call 1.6x slower.
 **   guard_call_pg, guard_32_pg
 **                  with IDEM_BENCH_PG_URL=postgres://... set: the single
 **                  session and the 32 sessions on that PostgreSQL log, side
@@ -32,10 +42,12 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/magic.h>
 #include <sqlite3.h>
 
 #include "cli.h"
@@ -176,6 +188,69 @@ static int one_call(idem_guard *g, const char *session, const char *call_id) {
   return rc;
 }
 
+/* Calls enough to checkpoint and restart a new log's WAL (CHECKPOINT_PAGES
+** in store/sqlite.c, about five pages a call), untimed: the steady state. */
+#define WARM_CALLS 500
+
+/* One session, call after call, on g: n calls timed after `warm` untimed
+** ones; the mean in microseconds, each call's time in lat[]. */
+static double single_session(idem_guard *g, const char *session, int warm,
+                             int n, double *lat, int *failed) {
+  char call[32], wsession[80];
+  double t0;
+  int i;
+  snprintf(wsession, sizeof wsession, "%s_warm", session);
+  for (i = 0; i < warm; i++) {
+    snprintf(call, sizeof call, "warm_%d", i);
+    if (one_call(g, wsession, call)) ++*failed;
+  }
+  t0 = mono();
+  for (i = 0; i < n; i++) {
+    double c0 = mono();
+    snprintf(call, sizeof call, "call_%d", i);
+    if (one_call(g, session, call)) ++*failed;
+    lat[i] = (mono() - c0) * 1e6;
+  }
+  return (mono() - t0) / n * 1e6;
+}
+
+/* sqlite_commit_tmpfs and guard_call_tmpfs: in a directory of its own under
+** /dev/shm when that is a tmpfs (skipped, and said, when it is not). */
+static void bench_tmpfs(int n1, int warm, double *lat, int *failed) {
+  char dir[] = "/dev/shm/idem-bench-XXXXXX", url[128];
+  struct statfs fs;
+  idem_guard *g = NULL;
+  double sq_us, mean;
+  if (statfs("/dev/shm", &fs) != 0 || fs.f_type != TMPFS_MAGIC ||
+      !mkdtemp(dir)) {
+    printf("{\"bench\":\"guard_call_tmpfs\",\"skipped\":\"no tmpfs at "
+           "/dev/shm\"}\n");
+    return;
+  }
+  sq_us = sqlite_commit_us(dir, n1);
+  snprintf(url, sizeof url, "sqlite:%s/guard_bench.db", dir);
+  if (sq_us > 0 && idem_guard_open(url, NULL, &g) == IDEM_OK) {
+    mean = single_session(g, "tmpfs", warm, n1, lat, failed);
+    printf("{\"bench\":\"sqlite_commit_tmpfs\",\"dir\":\"%s\","
+           "\"median_us\":%.1f}\n",
+           dir, sq_us);
+    printf("{\"bench\":\"guard_call_tmpfs\",\"calls\":%d,\"mean_us\":%.1f,"
+           "\"median_us\":%.1f,\"ratio_to_sqlite_commit\":%.2f,"
+           "\"target\":\"<=2.5\"}\n",
+           n1, mean, median(lat, (size_t)n1), mean / sq_us);
+  } else {
+    printf("{\"bench\":\"guard_call_tmpfs\",\"error\":\"%s\"}\n",
+           sq_us > 0 ? "cannot open a guard on tmpfs" : "SQLite failed");
+    ++*failed;
+  }
+  idem_guard_close(g);
+  fresh_db(url + 7);
+  snprintf(url, sizeof url, "%s/sqlite_commit.db", dir);
+  fresh_db(url);
+  if (rmdir(dir) != 0) cli_err("bench: cannot remove %s", dir);
+  fflush(stdout);
+}
+
 typedef struct sess {
   idem_guard *g;
   const char *prefix; /* of the session names: unique to the run */
@@ -237,12 +312,13 @@ static int bench_guard_pg(const char *url, int n1, int per, double sq_single,
          "\"mean_us\":%.1f,\"sqlite_mean_us\":%.1f,\"ratio_to_sqlite\":%.2f,"
          "\"failed\":%d}\n",
          shown, n1, 1e6 / single, 1e6 / sq_single, sq_single / single, failed);
-  printf("{\"bench\":\"guard_32_pg\",\"sessions\":32,\"calls\":%d,"
-         "\"calls_per_s\":%.0f,\"single_calls_per_s\":%.0f,\"ratio\":%.1f,"
-         "\"sqlite_calls_per_s\":%.0f,\"ratio_to_sqlite\":%.2f,"
-         "\"failed\":%d}\n",
-         32 * per, multi, single, multi / single, sq_multi, multi / sq_multi,
-         failed);
+  printf(
+      "{\"bench\":\"guard_32_pg\",\"sessions\":32,\"calls\":%d,"
+      "\"calls_per_s\":%.0f,\"single_calls_per_s\":%.0f,\"ratio\":%.1f,"
+      "\"target\":\">=8\",\"sqlite_calls_per_s\":%.0f,\"ratio_to_sqlite\":%.2f,"
+      "\"failed\":%d}\n",
+      32 * per, multi, single, multi / single, sq_multi, multi / sq_multi,
+      failed);
   fflush(stdout);
   return failed ? EXIT_FAIL : EXIT_OK;
 }
@@ -317,7 +393,7 @@ static int spawn_wait(char *const argv[], const char *out, double *secs) {
 
 static const char py_script[] =
     "import sqlite3,sys,time,json\n"
-    "path,n=sys.argv[1],int(sys.argv[2])\n"
+    "path,n,warm=sys.argv[1],int(sys.argv[2]),int(sys.argv[3])\n"
     "c=sqlite3.connect(path,isolation_level=None)\n"
     "c.execute('PRAGMA journal_mode=WAL');c.execute('PRAGMA "
     "synchronous=FULL')\n"
@@ -325,8 +401,9 @@ static const char py_script[] =
     "TEXT,result TEXT)')\n"
     "args={'order_id':'ord_1','amount_cents':6000,'currency':'usd',"
     "'reason':'late delivery'}\n"
-    "t=time.perf_counter()\n"
-    "for i in range(n):\n"
+    "t=0\n"
+    "for i in range(-warm,n):\n"
+    " if i==0: t=time.perf_counter()\n"
     " key='s:call_%d:'%i+json.dumps(args,sort_keys=True)[:16]\n"
     " c.execute('BEGIN IMMEDIATE')\n"
     " row=c.execute('SELECT state,result FROM idem WHERE key=?',(key,))"
@@ -340,10 +417,11 @@ static const char py_script[] =
     "print(time.perf_counter()-t)\n";
 
 int bench_guard(const char *dir, int quick) {
-  char url[4200], path[4200], self[4096], num[32];
+  char url[4200], path[4200], self[4096], num[32], wnum[32];
   int n1 = quick ? 60 : 300, per = quick ? 10 : 40,
-      nrec = quick ? 10000 : 100000;
-  double fsync_us, sq_us, t0, single_s, multi_s, *lat, rec_s = -1, py_s = -1;
+      warm = quick ? 0 : WARM_CALLS, nrec = quick ? 10000 : 100000;
+  double fsync_us, sq_us, single_us, single_s, multi_s, *lat, rec_s = -1,
+                                                              py_s = -1;
   idem_guard *g = NULL;
   pthread_t th[32];
   const char *pg_url;
@@ -371,23 +449,16 @@ int bench_guard(const char *dir, int quick) {
     idem_guard_close(g);
     return EXIT_FAIL;
   }
-  /* one session: call after call */
+  /* one session: call after call, in the log's steady state */
   lat = malloc((size_t)n1 * sizeof *lat);
-  t0 = mono();
-  for (i = 0; i < n1; i++) {
-    char call[32];
-    double c0 = mono();
-    snprintf(call, sizeof call, "call_%d", i);
-    if (one_call(g, "single", call)) failed++;
-    lat[i] = (mono() - c0) * 1e6;
-  }
-  single_s = mono() - t0;
+  single_us = single_session(g, "single", warm, n1, lat, &failed);
+  single_s = single_us * n1 / 1e6;
   printf("{\"bench\":\"guard_call\",\"calls\":%d,\"mean_us\":%.1f,"
          "\"median_us\":%.1f,\"fdatasync_us\":%.1f,\"ratio_to_fdatasync\":%.2f,"
-         "\"target\":\"<=1.25\",\"ratio_to_sqlite_commit\":%.2f,"
+         "\"target\":\"<=1.5\",\"ratio_to_sqlite_commit\":%.2f,"
          "\"failed\":%d}\n",
-         n1, single_s / n1 * 1e6, median(lat, (size_t)n1), fsync_us,
-         single_s / n1 * 1e6 / fsync_us, single_s / n1 * 1e6 / sq_us, failed);
+         n1, single_us, median(lat, (size_t)n1), fsync_us, single_us / fsync_us,
+         single_us / sq_us, failed);
   fflush(stdout);
 
   /* a replay: the same call again, answered from the log */
@@ -410,13 +481,14 @@ int bench_guard(const char *dir, int quick) {
          "\"target_us\":20}\n",
          n1, median(lat, (size_t)n1));
   fflush(stdout);
+  if (!quick) bench_tmpfs(n1, warm, lat, &failed);
   free(lat);
 
   /* 32 sessions at once */
   multi_s = 32 * per / run_32(g, "", per, &failed);
   printf("{\"bench\":\"guard_32\",\"sessions\":32,\"calls\":%d,"
          "\"calls_per_s\":%.0f,\"single_calls_per_s\":%.0f,"
-         "\"ratio\":%.1f,\"target\":\">=5\",\"failed\":%d}\n",
+         "\"ratio\":%.1f,\"target\":\">=8\",\"failed\":%d}\n",
          32 * per, 32 * per / multi_s, n1 / single_s,
          (32 * per / multi_s) / (n1 / single_s), failed);
   fflush(stdout);
@@ -481,9 +553,15 @@ int bench_guard(const char *dir, int quick) {
   snprintf(path, sizeof path, "%s/python_bench.db", dir);
   fresh_db(path);
   snprintf(num, sizeof num, "%d", n1);
+  snprintf(wnum, sizeof wnum, "%d", warm);
   {
-    char *argv[] = {
-        (char *)"python3", (char *)"-c", (char *)py_script, path, num, NULL};
+    char *argv[] = {(char *)"python3",
+                    (char *)"-c",
+                    (char *)py_script,
+                    path,
+                    num,
+                    wnum,
+                    NULL};
     int out[2];
     pid_t pid;
     posix_spawn_file_actions_t fa;
@@ -506,7 +584,8 @@ int bench_guard(const char *dir, int quick) {
     }
     if (py_s > 0)
       printf("{\"bench\":\"python_sqlite3\",\"calls\":%d,\"mean_us\":%.1f,"
-             "\"idem_mean_us\":%.1f,\"idem_vs_python\":%.2f}\n",
+             "\"idem_mean_us\":%.1f,\"idem_vs_python\":%.2f,"
+             "\"target\":\">=2\"}\n",
              n1, py_s / n1 * 1e6, single_s / n1 * 1e6,
              (py_s / n1) / (single_s / n1));
     else
