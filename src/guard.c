@@ -1950,7 +1950,9 @@ static int workers_post(idem_guard *g, run_job *j) {
   if (rc == 0) {
     w->queue[(w->head + w->n) % w->cap] = j;
     __atomic_store_n(&w->n, w->n + 1, __ATOMIC_RELEASE); /* a worker spins */
-    pthread_cond_signal(&w->cv);
+    /* the spinning worker takes the only job without a wake-up: it sees n
+    ** while it spins, or under mu when it stops */
+    if (!w->spinner || w->n > 1) pthread_cond_signal(&w->cv);
   }
   pthread_mutex_unlock(&w->mu);
   return rc;
