@@ -120,7 +120,9 @@
 **
 ** get, list and stats use a pool of read connections (opened on demand,
 ** at most MAX_READERS), each used by one thread at a time; connections are
-** SQLITE_OPEN_NOMUTEX.  WAL readers never block the writer nor each other.
+** SQLITE_OPEN_NOMUTEX.  A get made while the write connection is idle and
+** nothing is queued uses that one instead (holding `writing` as a batch
+** does): every commit of this process leaves the readers' caches stale.  WAL readers never block the writer nor each other.
 ** Statements are prepared once per connection and cached.  A store has two
 ** threads of its own: the writer and the checkpointer.  The store changes
 ** nothing of the host process (no heap thresholds, no global SQLite
