@@ -43,6 +43,9 @@ check_burst() { # WHAT: one succeeded, 15 already_applied naming it
     grep -q "^{\"status\":\"already_applied\".*\"duplicate_of\":\"c$ran\"" "$T/e.$i" && n=$((n + 1))
   done
   expect "$1: 15 already_applied naming c$ran" 15 "$n"
+  if [ "$n" != 15 ]; then # what each caller said, to see why
+    for i in $(seq 0 15); do echo "  c$i: $(head -c 400 "$T/e.$i")"; done
+  fi
 }
 
 for run in $(seq "$RUNS"); do
