@@ -552,6 +552,9 @@ static void lease_change(idem_step *s, idem__change *ch, const idem_record *r,
   ch->owner = s->g->owner;
   ch->lease_until = now + idem__lease_ms(s->rule);
   ch->durable = durable;
+  /* a pending record is taken from the holder it was judged by, not from
+  ** whoever holds it now (a hand-over keeps the token) */
+  if (r->state == IDEM_STATE_PENDING) ch->expect_owner = r->owner;
   if (state == IDEM_STATE_PENDING)
     new_attempt(s, ch, 0); /* we execute next: nothing can land */
   else if (r->executor && !executor_live(r, now))

@@ -252,6 +252,11 @@ typedef struct idem__change {
   long long settle_from;
   long long settle_cap;
   const char *duplicate_of; /* NULL: keep                                */
+  /* Non-NULL: only while the record's owner is still this one.  A takeover
+  ** of a pending record whose holder was judged gone names that holder:
+  ** a lease handed on meanwhile (a runner giving it back to its front end
+  ** before it exits) keeps the token, so the token alone cannot tell. */
+  const char *expect_owner;
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };

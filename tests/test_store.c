@@ -402,6 +402,43 @@ static void conf_change(const char *url) {
   ch.state = IDEM_STATE_IN_DOUBT;
   CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
 
+  /* ... and on the owner: a takeover names the holder it judged gone, and
+  ** a lease handed on meanwhile keeps the token (a runner gives it back to
+  ** its front end, then exits), so only the owner can tell */
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_PENDING));
+  ch.expect_token = 2;
+  ch.take_lease = IDEM__LEASE_HAND;
+  ch.owner = "front:1:1";
+  ch.lease_until = now + 99;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_PENDING));
+  ch.expect_token = 2;
+  ch.expect_owner = "other:9:9"; /* judged gone, but no longer the holder */
+  ch.take_lease = IDEM__LEASE_TAKE;
+  ch.owner = "taker:2:2";
+  ch.lease_until = now + 99;
+  ch.state = IDEM_STATE_IN_DOUBT;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_STALE);
+  if (now_rec) {
+    CHECK_STR(now_rec->owner, "front:1:1");
+    CHECK_INT(now_rec->token, 2);
+    CHECK_INT(now_rec->state, IDEM_STATE_PENDING);
+  }
+  idem_record_free(now_rec);
+  /* the owner named is the holder: the change applies (handed back) */
+  ch = change_init("cc", "c1", BIT(IDEM_STATE_PENDING));
+  ch.expect_token = 2;
+  ch.expect_owner = "front:1:1";
+  ch.take_lease = IDEM__LEASE_HAND;
+  ch.owner = "other:9:9";
+  ch.lease_until = now + 99;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+  if (now_rec) {
+    CHECK_STR(now_rec->owner, "other:9:9");
+    CHECK_INT(now_rec->token, 2);
+  }
+  idem_record_free(now_rec);
+
   /* the current owner finishes: result, resolution, attempts */
   ch = change_init("cc", "c1", BIT(IDEM_STATE_PENDING));
   ch.expect_token = 2;

@@ -348,7 +348,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** $8 owner, $9 lease_until), $10 result, $11 error, $12 resolution or
     ** 0, $13 delivered or -1, $14 the nonce, $15 the executor (1 set $16
     ** $17 $18, 2 clear), $19 a settle_from to lower to, or 0, $20
-    ** duplicate_of or NULL.  The terminal clause is the SQLite store's. */
+    ** duplicate_of or NULL, $21 the owner the row must still have or NULL.
+    ** The terminal clause is the SQLite store's. */
     "UPDATE idem_attempts SET"
     " state = CASE WHEN $5::integer > 0 THEN $5::integer ELSE state END,"
     " attempts = attempts + $6::integer,"
@@ -375,6 +376,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " WHERE session = $1::text AND call_id = $2::text"
     " AND (($3::bigint >> state) & 1) = 1"
     " AND ($4::bigint < 0 OR token = $4::bigint) AND nonce <> $14::bigint"
+    " AND ($21::text IS NULL OR owner = $21::text)"
     " AND (state NOT IN (2, 3, 6) OR ($7::integer = 0 AND $6::integer = 0"
     "  AND $10::text IS NULL AND $11::text IS NULL"
     "  AND $5::integer IN (0, state) AND $12::integer IN (0, resolution)"
@@ -1492,6 +1494,7 @@ static void change_params(params *p, const idem__change *ch,
   p_int(p, 18, ch->settle_from);
   p_int(p, 19, ch->settle_cap);
   p_str(p, 20, ch->duplicate_of);
+  p_str(p, 21, ch->expect_owner);
 }
 
 /* The change did not apply: why, with the record as it is now - or it did,

@@ -302,7 +302,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** ?8 owner, ?9 lease_until), ?10 result, ?11 error, ?12 resolution or
     ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (1 set ?16 ?17
     ** ?18, 2 clear), ?19 a settle_from to lower to, or 0, ?20 duplicate_of
-    ** or NULL.  The last condition keeps terminal outcomes.  The record as
+    ** or NULL, ?21 the owner the record must still have or NULL.  The last
+    ** condition keeps terminal outcomes.  The record as
     ** it is then is read back by S_GET in the same transaction: RETURNING
     ** would hold its rows in an ephemeral table, a B-tree with its own
     ** pager and page cache made and torn down at every change (an 85 KiB
@@ -325,7 +326,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " delivered = CASE WHEN ?13 >= 0 THEN ?13 ELSE delivered END,"
     " updated = ?14"
     " WHERE session = ?1 AND call_id = ?2 AND (?3 >> state) & 1"
-    " AND (?4 < 0 OR token = ?4)"
+    " AND (?4 < 0 OR token = ?4) AND (?21 IS NULL OR owner = ?21)"
     " AND (NOT ((" TERMINAL_BITS_SQL " >> state) & 1) OR (?7 = 0 AND ?6 = 0"
     "  AND ?10 IS NULL AND ?11 IS NULL AND ?5 IN (0, state)"
     "  AND ?12 IN (0, resolution) AND ?15 = 0 AND ?19 <= 0 AND ?20 IS NULL))",
@@ -838,6 +839,7 @@ static void w_change(sq_store *s, wreq *r) {
   sqlite3_bind_int64(st, 18, ch->settle_from);
   sqlite3_bind_int64(st, 19, ch->settle_cap);
   bind_str(st, 20, ch->duplicate_of);
+  bind_str(st, 21, ch->expect_owner);
   rc = sqlite3_step(st);
   changed = rc == SQLITE_DONE && sqlite3_changes(s->w.db) > 0;
   sqlite3_reset(st);
