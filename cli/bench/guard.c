@@ -22,16 +22,16 @@
 **                  trivial status check (target: under 5 s)
 **   python_sqlite3 Python's sqlite3 with an idempotency table, a transaction
 **                  per step, on the same disk (target: at least 2x slower)
+**   guard_call_pg, guard_32_pg
+**                  with IDEM_BENCH_PG_URL=postgres://... set: the single
+**                  session and the 32 sessions on that PostgreSQL log, side
+**                  by side with the figures of the embedded store above
 **
 ** Every log is measured in its steady state, as a long-lived one runs:
 ** calls (untimed) first until its WAL has been checkpointed and restarted,
 ** so that the timed commits overwrite blocks the WAL already has.  On a
 ** fresh log every sync also grows the file and syncs its size (an ext4
 ** journal commit): on this VM that alone made a guarded call 1.6x slower.
-**   guard_call_pg, guard_32_pg
-**                  with IDEM_BENCH_PG_URL=postgres://... set: the single
-**                  session and the 32 sessions on that PostgreSQL log, side
-**                  by side with the figures of the embedded store above
 **
 ** Every figure comes from this one run; nothing here is a pass/fail test of
 ** speed.
@@ -420,8 +420,7 @@ int bench_guard(const char *dir, int quick) {
   char url[4200], path[4200], self[4096], num[32], wnum[32];
   int n1 = quick ? 60 : 300, per = quick ? 10 : 40,
       warm = quick ? 0 : WARM_CALLS, nrec = quick ? 10000 : 100000;
-  double fsync_us, sq_us, single_us, single_s, multi_s, *lat, rec_s = -1,
-                                                              py_s = -1;
+  double fsync_us, sq_us, single_us, multi_s, *lat, rec_s = -1, py_s = -1;
   idem_guard *g = NULL;
   pthread_t th[32];
   const char *pg_url;
@@ -452,7 +451,6 @@ int bench_guard(const char *dir, int quick) {
   /* one session: call after call, in the log's steady state */
   lat = malloc((size_t)n1 * sizeof *lat);
   single_us = single_session(g, "single", warm, n1, lat, &failed);
-  single_s = single_us * n1 / 1e6;
   printf("{\"bench\":\"guard_call\",\"calls\":%d,\"mean_us\":%.1f,"
          "\"median_us\":%.1f,\"fdatasync_us\":%.1f,\"ratio_to_fdatasync\":%.2f,"
          "\"target\":\"<=1.5\",\"ratio_to_sqlite_commit\":%.2f,"
@@ -489,12 +487,12 @@ int bench_guard(const char *dir, int quick) {
   printf("{\"bench\":\"guard_32\",\"sessions\":32,\"calls\":%d,"
          "\"calls_per_s\":%.0f,\"single_calls_per_s\":%.0f,"
          "\"ratio\":%.1f,\"target\":\">=8\",\"failed\":%d}\n",
-         32 * per, 32 * per / multi_s, n1 / single_s,
-         (32 * per / multi_s) / (n1 / single_s), failed);
+         32 * per, 32 * per / multi_s, 1e6 / single_us,
+         (32 * per / multi_s) / (1e6 / single_us), failed);
   fflush(stdout);
   idem_guard_close(g);
   if ((pg_url = getenv("IDEM_BENCH_PG_URL")) != NULL && *pg_url)
-    rc |= bench_guard_pg(pg_url, n1, per, n1 / single_s, 32 * per / multi_s);
+    rc |= bench_guard_pg(pg_url, n1, per, 1e6 / single_us, 32 * per / multi_s);
 
   /* recover: in-doubt records settled by a trivial batch status check */
   {
@@ -586,8 +584,7 @@ int bench_guard(const char *dir, int quick) {
       printf("{\"bench\":\"python_sqlite3\",\"calls\":%d,\"mean_us\":%.1f,"
              "\"idem_mean_us\":%.1f,\"idem_vs_python\":%.2f,"
              "\"target\":\">=2\"}\n",
-             n1, py_s / n1 * 1e6, single_s / n1 * 1e6,
-             (py_s / n1) / (single_s / n1));
+             n1, py_s / n1 * 1e6, single_us, py_s / n1 * 1e6 / single_us);
     else
       printf("{\"bench\":\"python_sqlite3\",\"skipped\":\"python3 not "
              "available\"}\n");

@@ -120,9 +120,10 @@
 **
 ** get, list and stats use a pool of read connections (opened on demand,
 ** at most MAX_READERS), each used by one thread at a time; connections are
-** SQLITE_OPEN_NOMUTEX.  A get made while the write connection is idle and
-** nothing is queued uses that one instead (holding `writing` as a batch
-** does): every commit of this process leaves the readers' caches stale.  WAL readers never block the writer nor each other.
+** SQLITE_OPEN_NOMUTEX.  WAL readers never block the writer nor each other.
+** A get made while the write connection is idle and nothing is queued uses
+** that one instead (taken and given back as a batch is): every commit of
+** this process leaves the readers' caches stale.
 ** Statements are prepared once per connection and cached.  A store has two
 ** threads of its own: the writer and the checkpointer.  The store changes
 ** nothing of the host process (no heap thresholds, no global SQLite
@@ -303,12 +304,12 @@ static const char *const stmt_sql[N_STMTS] = {
     ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (1 set ?16 ?17
     ** ?18, 2 clear), ?19 a settle_from to lower to, or 0, ?20 duplicate_of
     ** or NULL, ?21 the owner the record must still have or NULL.  The last
-    ** condition keeps terminal outcomes.  The record as
-    ** it is then is read back by S_GET in the same transaction: RETURNING
-    ** would hold its rows in an ephemeral table, a B-tree with its own
-    ** pager and page cache made and torn down at every change (an 85 KiB
-    ** block allocated and freed each time; in a host whose heap trims,
-    ** a brk shrink and page faults per change). */
+    ** condition keeps terminal outcomes.  The record as it is then is read
+    ** back by S_GET in the same transaction: RETURNING would hold its rows
+    ** in an ephemeral table, a B-tree with its own pager and page cache
+    ** made and torn down at every change (an 85 KiB block allocated and
+    ** freed each time; in a host whose heap trims, a brk shrink and page
+    ** faults per change). */
     "UPDATE attempts SET"
     " state = CASE WHEN ?5 > 0 THEN ?5 ELSE state END,"
     " attempts = attempts + ?6,"
@@ -1074,6 +1075,13 @@ static void end_batch(sq_store *s) {
   if (s->ckpt_due || s->ckpt_wait) pthread_cond_signal(&s->ckcv);
 }
 
+/* Under mu: a caller that held the write connection gives it back - to the
+** writer thread when requests queued meanwhile, or the store closes. */
+static void give_back(sq_store *s) {
+  end_batch(s);
+  if (s->head || s->stopping) pthread_cond_signal(&s->cv);
+}
+
 /* Not under mu (a woken waiter need not wait for it): wake the waiters of
 ** a batch, but self, who is awake. */
 static void wake(wreq *batch, const wreq *self) {
@@ -1144,8 +1152,7 @@ static int submit(sq_store *s, wreq *r) {
     pthread_mutex_unlock(&s->mu);
     run_batch(s, batch);
     pthread_mutex_lock(&s->mu);
-    end_batch(s);
-    if (s->head || s->stopping) pthread_cond_signal(&s->cv);
+    give_back(s);
     pthread_mutex_unlock(&s->mu);
     wake(batch, r);
   } else {
@@ -1725,9 +1732,7 @@ static int sq_get(idem__store *st, const char *session, const char *call_id,
 done:
   if (own_w) {
     pthread_mutex_lock(&s->mu);
-    s->writing = 0;
-    if (s->head || s->stopping) pthread_cond_signal(&s->cv);
-    if (s->ckpt_wait) pthread_cond_signal(&s->ckcv);
+    give_back(s);
     pthread_mutex_unlock(&s->mu);
   } else
     reader_put(s, c);
