@@ -37,6 +37,15 @@
 **              doubt - outcome_unknown, or in_progress on a resume while
 **              the executor lives.
 **
+** Ended is not finished (§6a).  An attempt FINISHES only on a verdict: the
+** outcome applied, rejected or not applied, from the tool itself or a
+** check.  An attempt that ENDED without one (the function returned
+** "unknown" or raised, the command exited with an unknown status, the
+** server answered isError, an HTTP 5xx) has handed its request on for all
+** anyone knows: its record keeps settle_from (IDEM__EXEC_ENDED), and it
+** may land until the tool's settle_ms has passed since.  Only settle_ms 0
+** (effects end with the executor) makes the end itself a finish.
+**
 ** Invariants.  No EXECUTE is handed out unless the store has durably
 ** recorded the action as pending with this step's token (begin, or a
 ** durable change).  Every write is a compare-and-set on state and token, so
@@ -129,7 +138,8 @@ struct idem_step {
   int recover;          /* idem_guard_recover: check, never execute          */
   int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
   int told;             /* the delivery is recorded already                  */
-  int ended;            /* the attempt being finished can no longer land     */
+  int ended;            /* the attempt being finished has ended: nothing of  */
+                        /* it runs, yet without a verdict it may land (§6a) */
   idem_record *earlier; /* the fencing action, in FENCE and its CHECK     */
   char *why; /* what left our own action in doubt, in the executor's words */
              /* ("no answer within 5000 ms"); said to the model, or NULL  */
@@ -244,27 +254,46 @@ static int dedupe_covers(idem_step *s, const idem_record *r) {
          r->created + s->rule->provider_key_ttl_s * 1000 > now_ms(s);
 }
 
-/* Can an earlier attempt of r still land?  Not when none may be running
-** (no executor); not when its executor has died on this machine and the
-** process group that ran it (a command of idem exec, the server behind
-** idem mcp) is empty; not when settle_ms has passed since settle_from -
-** whether the executor lives or not (a runner kills the command then). */
+/* Can an earlier attempt of r still land?  Not when none started since
+** the last verdict (no executor, settle_from 0).  An attempt that stopped
+** being watched - its deadline passed, it ended without a verdict, its
+** executor died - may land until settle_ms has passed since settle_from,
+** whether its executor lives or not (a runner kills the command then);
+** with settle_ms 0 (effects end with the executor), until nothing of it
+** runs: its executor gone or done, and its own process group empty. */
 static int may_land_by(const idem__tool_rule *rule, const idem_record *r,
                        long long now) {
-  long long group = r->pgid < 0 ? -r->pgid : r->pgid;
-  int alive;
-  if (!r->executor) return 0;
-  alive = idem__owner_alive(r->executor);
-  if (group > 0 && alive == 0 && idem_process_group_empty(group)) return 0;
-  /* a runner that lives ends its command's own group itself when
-  ** settle_ms is up: until the group is empty, it may land */
-  if (r->pgid > 0 && alive == 1 && !idem_process_group_empty(r->pgid)) return 1;
+  if (!r->executor && !r->settle_from) return 0;
+  if (r->executor) {
+    int alive = idem__owner_alive(r->executor);
+    long long group = r->pgid < 0 ? -r->pgid : r->pgid;
+    int group_gone = group > 0 && idem_process_group_empty(group);
+    /* something of its own process group still runs: a runner that lives
+    ** ends it itself when settle_ms is up; with settle_ms 0, it is the
+    ** effect still at work */
+    if (r->pgid > 0 && !group_gone && (alive == 1 || rule->settle_ms == 0))
+      return 1;
+    /* its executor died and nothing of the group is left: it has ended
+    ** without a verdict, which with settle_ms 0 is the end of it */
+    if (rule->settle_ms == 0 && alive == 0 && (group == 0 || group_gone))
+      return 0;
+  }
   if (rule->settle_ms < 0) return 1;
   return now < r->settle_from + rule->settle_ms;
 }
 
 static int may_land(idem_step *s, const idem_record *r) {
   return may_land_by(s->rule, r, now_ms(s));
+}
+
+/* May this action be tried again with its own key, without a verdict on
+** its last attempt?  Only under a provider that dedupes on the key, with
+** retries left, once no attempt of it still runs: one that ended without
+** a verdict may land, harmlessly then.  (The record tracks one attempt:
+** none starts while an earlier one may still be running.) */
+static int dedupe_retry(idem_step *s, const idem_record *r) {
+  return dedupe_covers(s, r) && r->attempts < s->rule->retries + 1 &&
+         (!r->executor || !may_land(s, r));
 }
 
 /* ---- answers -------------------------------------------------------------- */
@@ -428,10 +457,11 @@ static void fill_record(idem_step *s, idem_record *r, long long now) {
   r->owner = s->g->owner;
   r->lease_until = now + idem__lease_ms(s->rule);
   r->token = 1;
-  /* the attempt about to run (SPEC §6a); a runner records itself */
+  /* the attempt about to run (SPEC §6a); a runner records itself when it
+  ** is about to start the command: until then nothing has started */
   r->executor = s->g->defer_start ? NULL : s->g->owner;
   r->pgid = s->g->defer_start ? 0 : s->g->pgid;
-  r->settle_from = now + s->rule->timeout_ms;
+  r->settle_from = s->g->defer_start ? 0 : now + s->rule->timeout_ms;
   r->created = s->started ? s->started : now;
   r->updated = now;
   r->expires = now + s->rule->retention_s * 1000;
@@ -511,7 +541,8 @@ static void new_attempt(idem_step *s, idem__change *ch, long long delay) {
   ch->exec_set = IDEM__EXEC_SET;
   ch->executor = s->g->defer_start ? NULL : s->g->owner;
   ch->pgid = s->g->defer_start ? 0 : s->g->pgid;
-  ch->settle_from = now_ms(s) + delay + s->rule->timeout_ms;
+  ch->settle_from =
+      s->g->defer_start ? 0 : now_ms(s) + delay + s->rule->timeout_ms;
 }
 
 /* Our record, in_doubt or not_applied and held by us, goes back to pending
@@ -625,8 +656,7 @@ static int reconcile_own(idem_step *s, const idem_record *r) {
   }
   /* the provider dedupes: the same key again is harmless - once the
   ** attempt in doubt has ended (one attempt in flight at a time) */
-  if (dedupe_covers(s, r) && r->attempts < s->rule->retries + 1 &&
-      !may_land(s, r)) {
+  if (dedupe_retry(s, r)) {
     s->attempt = r->attempts + 1;
     return repend(s, IDEM_STATE_IN_DOUBT, 0);
   }
@@ -1152,12 +1182,14 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.delivered = -1;
   ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
   ch.expect_token = token;
-  ch.exec_set = IDEM__EXEC_CLEAR; /* the attempt has ended */
+  ch.exec_set = IDEM__EXEC_CLEAR; /* a verdict: nothing of it can land */
   if (outcome == IDEM_OUTCOME_UNKNOWN) {
-    /* it ended without a verdict: still in doubt, but nothing of it can
-    ** land any more - only the attempt under our token, never another */
+    /* it ended without a verdict: still in doubt, and it may land until
+    ** settle_ms from now (§6a) - the attempt under our token, no other */
     ch.state = IDEM_STATE_IN_DOUBT;
     ch.error = error;
+    ch.exec_set = IDEM__EXEC_ENDED;
+    if ((rc = g->st->vt->now(g->st, &ch.settle_from))) return store_fail(g, rc);
     rc = g->st->vt->change(g->st, &ch, NULL);
     return rc == IDEM_OK || rc == IDEM_STALE || rc == IDEM_NOTFOUND
                ? IDEM_OK
@@ -1339,7 +1371,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   idem__change ch;
   idem_record *now = NULL;
   char *res = NULL;
-  int rc, state;
+  int rc, state, answered = 0;
   if (!step_ok(s) || outcome < IDEM_OUTCOME_APPLIED ||
       outcome > IDEM_OUTCOME_UNKNOWN)
     return IDEM_MISUSE;
@@ -1381,7 +1413,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   if (s->doubted && (outcome == IDEM_OUTCOME_NOT_APPLIED ||
                      outcome == IDEM_OUTCOME_REJECTED)) {
     outcome = IDEM_OUTCOME_UNKNOWN;
-    s->ended = 1; /* the retry itself was answered */
+    answered = 1; /* the retry itself has a verdict */
   }
   state = outcome == IDEM_OUTCOME_APPLIED       ? IDEM_STATE_SUCCEEDED
           : outcome == IDEM_OUTCOME_REJECTED    ? IDEM_STATE_FAILED
@@ -1395,9 +1427,15 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   ch.result = res;
   ch.error = error;
   if (state != IDEM_STATE_IN_DOUBT) ch.resolution = IDEM_RESOLVED_EXECUTED;
-  /* an attempt that answered, or is known to have ended, cannot land
-  ** later; one that did not answer in time may (its executor stays) */
-  if (state != IDEM_STATE_IN_DOUBT || s->ended) ch.exec_set = IDEM__EXEC_CLEAR;
+  /* an attempt with a verdict cannot land later; one that ended without
+  ** one may until settle_ms from now; one that did not answer in time
+  ** may, and its executor stays (§6a) */
+  if (state != IDEM_STATE_IN_DOUBT || answered) {
+    ch.exec_set = IDEM__EXEC_CLEAR;
+  } else if (s->ended) {
+    ch.exec_set = IDEM__EXEC_ENDED;
+    ch.settle_from = now_ms(s);
+  }
   if (s->auto_deliver &&
       (state == IDEM_STATE_SUCCEEDED || state == IDEM_STATE_FAILED)) {
     /* the synchronous API hands the answer over at once: record the
@@ -1433,8 +1471,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     ** attempt has ended (an answer we cannot read, a 5xx, a 409); one that
     ** may still land is reconciled instead, so that the record tracks the
     ** one attempt in flight exactly */
-    if (dedupe_covers(s, now) && now->attempts < s->rule->retries + 1 &&
-        !may_land(s, now)) {
+    if (dedupe_retry(s, now)) {
       s->attempt = now->attempts + 1;
       s->doubted = 1;
       rc = repend(s, IDEM_STATE_IN_DOUBT, backoff(s->rule, now->attempts));
@@ -1445,6 +1482,8 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   return rc;
 }
 
+/* The attempt has ended (§6a): with the outcome UNKNOWN that follows, it is
+** still in doubt, and settle_ms counts from now. */
 int idem_step_attempt_ended(idem_step *s) {
   if (!step_ok(s)) return IDEM_MISUSE;
   s->ended = 1;
@@ -1563,7 +1602,9 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
       return rc == IDEM_NOTFOUND ? gfail(s->g, rc, "the record is gone")
                                  : store_fail(s->g, rc);
     }
-    if (cur->state == IDEM_STATE_IN_DOUBT && may_land(s, cur)) {
+    /* (its own key again under a provider that dedupes is harmless) */
+    if (cur->state == IDEM_STATE_IN_DOUBT && may_land(s, cur) &&
+        (e || s->recover || !dedupe_retry(s, cur))) {
       idem__free(res);
       rc = answer_pending_landing(s, cur, e ? e->call_id : NULL);
       idem_record_free(cur);

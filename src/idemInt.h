@@ -240,12 +240,16 @@ typedef struct idem__change {
   int resolution;      /* 0: keep                                    */
   long long delivered; /* when the model was told; -1: keep */
   int durable;         /* synced before return (else a later sync)   */
-  /* The attempt that may still be running (SPEC §6a): exec_set
-  ** IDEM__EXEC_SET sets executor, pgid and settle_from; IDEM__EXEC_CLEAR
-  ** clears executor and pgid (nothing of it can run any more).
-  ** settle_cap > 0 lowers settle_from to it while an executor is set (its
-  ** death was seen then).  There is one such attempt at most: the guard
-  ** starts no attempt while an earlier one may still land. */
+  /* The attempt that may still land (SPEC §6a): exec_set IDEM__EXEC_SET
+  ** sets executor, pgid and settle_from (an attempt starts);
+  ** IDEM__EXEC_CLEAR clears all three (it has a verdict: nothing of it can
+  ** land); IDEM__EXEC_ENDED clears executor and pgid and lowers
+  ** settle_from to the settle_from given (sets it, when it was 0): the
+  ** attempt ended then WITHOUT a verdict and may still land until the
+  ** tool's settle_ms has passed.  settle_cap > 0 lowers settle_from to it
+  ** while an executor is set (its death was seen then).  There is one
+  ** such attempt at most: the guard starts no attempt while an earlier one
+  ** may still land. */
   int exec_set;
   const char *executor;
   long long pgid;
@@ -260,7 +264,7 @@ typedef struct idem__change {
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };
-enum { IDEM__EXEC_SET = 1, IDEM__EXEC_CLEAR = 2 };
+enum { IDEM__EXEC_SET = 1, IDEM__EXEC_CLEAR = 2, IDEM__EXEC_ENDED = 3 };
 
 /* What to list. */
 typedef struct idem__filter {

@@ -188,6 +188,16 @@ static const char *REFUND_POLICY =
     "\"get_refund_status\":{\"class\":\"read_only\"},"
     "\"lookup\":{\"class\":\"read_only\"}}}";
 
+/* The same refund tool, whose effects end with its executor (a local
+** write): settle_ms 0, so an attempt that ended has finished (§6a). */
+static const char *LOCAL_POLICY =
+    "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\",\"timeout_ms\":300,"
+    "\"retries\":1,\"backoff_ms\":1,\"wait_ms\":2000,\"settle_ms\":0,"
+    "\"status\":{\"tool\":\"get_refund_status\","
+    "\"arguments\":{\"order_id\":\"{order_id}\"}}},"
+    "\"get_refund_status\":{\"class\":\"read_only\"},"
+    "\"lookup\":{\"class\":\"read_only\"}}}";
+
 static const char *NOCHECK_POLICY =
     "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\",\"timeout_ms\":300,"
     "\"retries\":0,\"backoff_ms\":1,\"wait_ms\":300}}}";
@@ -897,11 +907,12 @@ static long long left_unknown(idem_guard *g, idem_call *c, int ended) {
   return token;
 }
 
-/* The two-phase API: an UNKNOWN is an attempt that may still land, unless
-** idem_step_attempt_ended() said it ended. */
+/* The two-phase API: an UNKNOWN is an attempt that may still land; one
+** that idem_step_attempt_ended() said ended has no verdict either, and may
+** land too - unless the tool's effects end with it (settle_ms 0). */
 static void test_two_phase_inflight(void) {
-  idem_policy *p = policy(REFUND_POLICY);
-  idem_guard *g = open_guard(p);
+  idem_policy *p = policy(REFUND_POLICY), *pl = policy(LOCAL_POLICY);
+  idem_guard *g = open_guard(p), *gl = open_guard(pl);
   idem_call c = {sizeof c, "tp1",        "c1", "refund_payment",
                  ARGS,     strlen(ARGS), NULL};
   idem_step *s;
@@ -931,12 +942,38 @@ static void test_two_phase_inflight(void) {
   }
   idem_record_free(r);
 
-  /* the attempt ended (its connection reset): "not applied" re-executes,
-  ** with the same key */
-  c.session = "tp2";
+  /* the attempt ended without a verdict (its own client gave up): ended
+  ** is not finished - the request may sit in the provider's queue, so
+  ** "not applied" leaves it in doubt, and never says failed */
+  c.session = "tp2u";
   s = timed_out(g, &c, 1);
+  if ((r = record(g, "tp2u", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor == NULL);  /* nothing of it runs */
+    CHECK(r->settle_from >= r->created); /* but it ended then */
+    CHECK(r->settle_from < r->created + 300); /* before its deadline */
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER); /* no second EXECUTE */
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  env = idem_step_envelope(s, &len);
+  HASNT(env, "safe to call");
+  HASNT(env, "did not take effect");
+  idem_step_free(s);
+  if ((r = record(g, "tp2u", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK_INT(r->attempts, 1);
+  }
+  idem_record_free(r);
+
+  /* with settle_ms 0 (a local write, its effects end with the function),
+  ** the end does finish it: "not applied" re-executes, with the same key */
+  c.session = "tp2";
+  s = timed_out(gl, &c, 1);
   snprintf(key, sizeof key, "%s", idem_step_key(s));
-  if ((r = record(g, "tp2", "c1")) != NULL) {
+  if ((r = record(gl, "tp2", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
     CHECK(r->executor == NULL);
   }
@@ -946,7 +983,7 @@ static void test_two_phase_inflight(void) {
   CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
   CHECK_INT(idem_step_attempt(s), 2);
   CHECK_STR(idem_step_key(s), key);
-  if ((r = record(g, "tp2", "c1")) != NULL) {
+  if ((r = record(gl, "tp2", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_PENDING);
     CHECK(r->executor != NULL); /* the new attempt's */
   }
@@ -956,16 +993,18 @@ static void test_two_phase_inflight(void) {
             IDEM_OK);
   CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
   idem_step_free(s);
-  if ((r = record(g, "tp2", "c1")) != NULL) {
+  if ((r = record(gl, "tp2", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_SUCCEEDED);
     CHECK_INT(r->attempts, 2);
     CHECK(r->executor == NULL);
+    CHECK_INT(r->settle_from, 0); /* a verdict: nothing of it can land */
   }
   idem_record_free(r);
   CHECK_INT(idem_step_attempt_ended(NULL), IDEM_MISUSE);
 
   /* idem_guard_late(UNKNOWN): the attempt ended without a verdict - it
-  ** clears the executor only under the attempt's own token */
+  ** clears the executor only under the attempt's own token, and keeps
+  ** when it stopped being watched (its deadline, earlier than the end) */
   c.session = "tp3";
   token = left_unknown(g, &c, 0);
   CHECK_INT(idem_guard_late(g, "tp3", "c1", token + 1, IDEM_OUTCOME_UNKNOWN,
@@ -982,13 +1021,25 @@ static void test_two_phase_inflight(void) {
   if ((r = record(g, "tp3", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
     CHECK(r->executor == NULL);
+    CHECK(r->settle_from < r->created + 300); /* its end, before its deadline */
     CHECK_INT(r->token, token);
     CHECK_STR(r->error, "connection reset");
   }
   idem_record_free(r);
-  /* now the resume's check that finds nothing runs it again, same key */
+  /* a resume's check that finds nothing: still in doubt (no settle_ms) */
   s = NULL;
   CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  idem_step_free(s);
+  /* under settle_ms 0 the same runs it again, same key */
+  token = left_unknown(gl, &c, 0);
+  CHECK_INT(idem_guard_late(gl, "tp3", "c1", token, IDEM_OUTCOME_UNKNOWN, NULL,
+                            0, "connection reset", 1),
+            IDEM_OK);
+  s = NULL;
+  CHECK_INT(idem_guard_begin(gl, &c, &s), IDEM_OK);
   CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
   CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
   CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
@@ -997,7 +1048,9 @@ static void test_two_phase_inflight(void) {
   CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
   idem_step_free(s);
   idem_guard_close(g);
+  idem_guard_close(gl);
   idem_policy_free(p);
+  idem_policy_free(pl);
 }
 
 /* Attempt 1 timed out, settle_ms (0) passed, the check found nothing:
@@ -1063,10 +1116,11 @@ static void test_late_word_of_an_older_attempt(void) {
 }
 
 /* idem recover and idem recover --batch: "not applied" while an attempt
-** may still land changes nothing. */
+** may still land changes nothing - one in flight, or one that ended
+** without a verdict; under settle_ms 0 the ended one is finished. */
 static void test_recover_inflight(void) {
-  idem_policy *p = policy(REFUND_POLICY);
-  idem_guard *g = open_guard(p);
+  idem_policy *p = policy(REFUND_POLICY), *pl = policy(LOCAL_POLICY);
+  idem_guard *g = open_guard(p), *gl = open_guard(pl);
   idem_call c = {sizeof c, "rc1",        "c1", "refund_payment",
                  ARGS,     strlen(ARGS), NULL};
   idem_settlement v[2];
@@ -1074,13 +1128,15 @@ static void test_recover_inflight(void) {
   idem_record *r;
   const char *env;
   size_t len;
-  long long t1, t3;
+  long long t1, t3, t3u;
 
   t1 = left_unknown(g, &c, 0); /* rc1: may still land */
   c.session = "rc2";
-  left_unknown(g, &c, 1); /* rc2: its attempt ended */
+  left_unknown(g, &c, 1); /* rc2: its attempt ended, no verdict */
+  left_unknown(gl, &c, 1); /* the same, its effects ended with it */
   c.session = "rc3";
-  t3 = left_unknown(g, &c, 1); /* rc3: its attempt ended */
+  t3u = left_unknown(g, &c, 1);
+  t3 = left_unknown(gl, &c, 1);
 
   /* recover + NOT_APPLIED on the action in flight: stays in doubt */
   CHECK_INT(idem_guard_recover(g, "rc1", "c1", &s), IDEM_OK);
@@ -1101,14 +1157,26 @@ static void test_recover_inflight(void) {
     t1 = r->token;
   }
   idem_record_free(r);
-  /* ... and on the one whose attempt ended: not applied (the control) */
+  /* ... on the one whose attempt ended without a verdict: the same */
   CHECK_INT(idem_guard_recover(g, "rc2", "c1", &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  env = idem_step_envelope(s, &len);
+  HASNT(env, "safe to call");
+  idem_step_free(s);
+  s = NULL;
+  if ((r = record(g, "rc2", "c1")) != NULL)
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+  idem_record_free(r);
+  /* ... and under settle_ms 0 it has finished: not applied (the control) */
+  CHECK_INT(idem_guard_recover(gl, "rc2", "c1", &s), IDEM_OK);
   CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
   CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
   CHECK_INT(idem_step_answer(s), IDEM_ANSWER_FAILED);
   idem_step_free(s);
   s = NULL;
-  if ((r = record(g, "rc2", "c1")) != NULL)
+  if ((r = record(gl, "rc2", "c1")) != NULL)
     CHECK_INT(r->state, IDEM_STATE_NOT_APPLIED);
   idem_record_free(r);
 
@@ -1122,12 +1190,19 @@ static void test_recover_inflight(void) {
   v[0].outcome = IDEM_OUTCOME_NOT_APPLIED;
   v[1].session = "rc3";
   v[1].call_id = "c1";
-  v[1].token = t3;
+  v[1].token = t3u;
   v[1].outcome = IDEM_OUTCOME_NOT_APPLIED;
   v[0].rc = v[1].rc = -1;
   CHECK_INT(idem_guard_settle_many(g, v, 2), IDEM_OK);
   CHECK_INT(v[0].rc, IDEM_STALE);
-  CHECK_INT(v[1].rc, IDEM_OK);
+  CHECK_INT(v[1].rc, IDEM_STALE); /* ended without a verdict */
+  if ((r = record(g, "rc3", "c1")) != NULL)
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+  idem_record_free(r);
+  v[1].token = t3;
+  v[1].rc = -1;
+  CHECK_INT(idem_guard_settle_many(gl, &v[1], 1), IDEM_OK);
+  CHECK_INT(v[1].rc, IDEM_OK); /* settle_ms 0: it has finished */
   if ((r = record(g, "rc1", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
     CHECK_INT(r->token, t1);
@@ -1135,7 +1210,7 @@ static void test_recover_inflight(void) {
     CHECK_INT(r->resolution, IDEM_RESOLVED_NONE);
   }
   idem_record_free(r);
-  if ((r = record(g, "rc3", "c1")) != NULL) {
+  if ((r = record(gl, "rc3", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_NOT_APPLIED);
     CHECK_INT(r->resolution, IDEM_RESOLVED_RECONCILED);
   }
@@ -1154,15 +1229,17 @@ static void test_recover_inflight(void) {
   }
   idem_record_free(r);
   idem_guard_close(g);
+  idem_guard_close(gl);
   idem_policy_free(p);
+  idem_policy_free(pl);
 }
 
 /* The fence: an identical call under a new call id checks the earlier
 ** action; "not applied" while the earlier attempt may land answers
 ** outcome_unknown naming it, and runs nothing. */
 static void test_fence_inflight(void) {
-  idem_policy *p = policy(REFUND_POLICY);
-  idem_guard *g = open_guard(p);
+  idem_policy *p = policy(REFUND_POLICY), *pl = policy(LOCAL_POLICY);
+  idem_guard *g = open_guard(p), *gl = open_guard(pl);
   idem_call c1 = {sizeof c1, "fe1",        "c1", "refund_payment",
                   ARGS,      strlen(ARGS), NULL};
   idem_call c2 = {sizeof c2, "fe1",        "c2", "refund_payment",
@@ -1204,10 +1281,25 @@ static void test_fence_inflight(void) {
   idem_record_free(r);
   r = NULL;
 
-  /* the control: the earlier attempt ended - not applied, c2 runs */
-  c1.session = c2.session = "fe2";
+  /* the earlier attempt ended without a verdict: the same, it may land */
+  c1.session = c2.session = "fe2u";
   left_unknown(g, &c1, 1);
   CHECK_INT(idem_guard_begin(g, &c2, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER); /* nothing runs */
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  env = idem_step_envelope(s, &len);
+  HAS(env, "\"duplicate_of\":\"c1\"");
+  HASNT(env, "safe to call");
+  idem_step_free(s);
+  s = NULL;
+
+  /* the control: the earlier attempt ended under settle_ms 0 - not
+  ** applied, c2 runs */
+  c1.session = c2.session = "fe2";
+  left_unknown(gl, &c1, 1);
+  CHECK_INT(idem_guard_begin(gl, &c2, &s), IDEM_OK);
   CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
   CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
   CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
@@ -1215,11 +1307,13 @@ static void test_fence_inflight(void) {
   CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{}", 2, NULL), IDEM_OK);
   CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
   idem_step_free(s);
-  if ((r = record(g, "fe2", "c1")) != NULL)
+  if ((r = record(gl, "fe2", "c1")) != NULL)
     CHECK_INT(r->state, IDEM_STATE_NOT_APPLIED);
   idem_record_free(r);
   idem_guard_close(g);
+  idem_guard_close(gl);
   idem_policy_free(p);
+  idem_policy_free(pl);
 }
 
 int main(int argc, char **argv) {

@@ -933,7 +933,35 @@ static void conf_exec(const char *url) {
   }
   idem_record_free(now_rec);
   now_rec = NULL;
-  /* EXEC_CLEAR: nothing of the attempt can run any more */
+  /* EXEC_ENDED: the attempt ended without a verdict - executor and pgid
+  ** go, settle_from is lowered to the end (never raised: an earlier
+  ** deadline counts), or set when there was none */
+  {
+    long long before = 0;
+    CHECK_INT(st->vt->get(st, "cx", "x1", &got), IDEM_OK);
+    if (got) before = got->settle_from;
+    idem_record_free(got);
+    got = NULL;
+    CHECK(before > 0);
+    ch = change_init("cx", "x1", BIT(IDEM_STATE_IN_DOUBT));
+    ch.expect_token = 2;
+    ch.exec_set = IDEM__EXEC_ENDED;
+    ch.settle_from = before + 500; /* later than its deadline: kept */
+    CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+    if (now_rec) {
+      CHECK(now_rec->executor == NULL);
+      CHECK_INT(now_rec->pgid, 0);
+      CHECK_INT(now_rec->settle_from, before);
+    }
+    idem_record_free(now_rec);
+    now_rec = NULL;
+    ch.settle_from = before - 5; /* earlier: lowered */
+    CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+    if (now_rec) CHECK_INT(now_rec->settle_from, before - 5);
+    idem_record_free(now_rec);
+    now_rec = NULL;
+  }
+  /* EXEC_CLEAR: a verdict - nothing of the attempt can land any more */
   ch = change_init("cx", "x1", BIT(IDEM_STATE_IN_DOUBT));
   ch.expect_token = 2;
   ch.exec_set = IDEM__EXEC_CLEAR;
@@ -941,6 +969,7 @@ static void conf_exec(const char *url) {
   if (now_rec) {
     CHECK(now_rec->executor == NULL);
     CHECK_INT(now_rec->pgid, 0);
+    CHECK_INT(now_rec->settle_from, 0);
     CHECK_INT(now_rec->state, IDEM_STATE_IN_DOUBT);
     CHECK_INT(now_rec->token, 2);
   }
@@ -957,6 +986,14 @@ static void conf_exec(const char *url) {
   }
   idem_record_free(got);
   got = NULL;
+  /* EXEC_ENDED on a record with no settle_from sets it */
+  ch = change_init("cx", "x1", BIT(IDEM_STATE_IN_DOUBT));
+  ch.exec_set = IDEM__EXEC_ENDED;
+  ch.settle_from = now + 3;
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+  if (now_rec) CHECK_INT(now_rec->settle_from, now + 3);
+  idem_record_free(now_rec);
+  now_rec = NULL;
 
   /* a terminal record refuses exec_set, a clear and settle_cap */
   ch = change_init("cx", "x1", BIT(IDEM_STATE_IN_DOUBT));
@@ -999,7 +1036,7 @@ static void conf_exec(const char *url) {
   got = NULL;
   /* out of range */
   ch = change_init("cx", "x3", ALL_STATES);
-  ch.exec_set = IDEM__EXEC_CLEAR + 1;
+  ch.exec_set = IDEM__EXEC_ENDED + 1;
   CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_INVALID);
   ch = change_init("cx", "x3", ALL_STATES);
   ch.take_lease = 3;

@@ -122,7 +122,7 @@ int idem__change_in_range(const idem__change *ch) {
   return ch->state >= 0 && ch->state <= IDEM_STATE_DEDUPLICATED &&
          ch->resolution >= 0 && ch->resolution <= IDEM_RESOLVED_REPLAYED &&
          ch->take_lease >= 0 && ch->take_lease <= IDEM__LEASE_HAND &&
-         ch->exec_set >= 0 && ch->exec_set <= IDEM__EXEC_CLEAR;
+         ch->exec_set >= 0 && ch->exec_set <= IDEM__EXEC_ENDED;
 }
 
 /* url for a message, with any user:password@ between "//" and the host

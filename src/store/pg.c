@@ -347,9 +347,10 @@ static const char *const stmt_sql[N_STMTS] = {
     ** 0, $6 attempts to add, $7 the lease (1 take it over, 2 hand it on;
     ** $8 owner, $9 lease_until), $10 result, $11 error, $12 resolution or
     ** 0, $13 delivered or -1, $14 the nonce, $15 the executor (1 set $16
-    ** $17 $18, 2 clear), $19 a settle_from to lower to, or 0, $20
-    ** duplicate_of or NULL, $21 the owner the row must still have or NULL.
-    ** The terminal clause is the SQLite store's. */
+    ** $17 $18, 2 clear, 3 ended without a verdict at $18), $19 a
+    ** settle_from to lower to, or 0, $20 duplicate_of or NULL, $21 the
+    ** owner the row must still have or NULL.  The terminal clause is the
+    ** SQLite store's. */
     "UPDATE idem_attempts SET"
     " state = CASE WHEN $5::integer > 0 THEN $5::integer ELSE state END,"
     " attempts = attempts + $6::integer,"
@@ -357,13 +358,16 @@ static const char *const stmt_sql[N_STMTS] = {
     " lease_until = CASE WHEN $7::integer > 0 THEN $9::bigint"
     "  ELSE lease_until END,"
     " token = token + CASE WHEN $7::integer = 1 THEN 1 ELSE 0 END,"
-    " executor = CASE $15::integer WHEN 1 THEN $16::text WHEN 2 THEN NULL"
-    "  ELSE executor END,"
-    " pgid = CASE $15::integer WHEN 1 THEN $17::bigint WHEN 2 THEN 0"
-    "  ELSE pgid END,"
-    " settle_from = CASE WHEN $15::integer = 1 THEN $18::bigint"
-    "  WHEN $19::bigint > 0 AND executor IS NOT NULL"
-    "  AND $19::bigint < settle_from THEN $19::bigint ELSE settle_from END,"
+    " executor = CASE $15::integer WHEN 0 THEN executor WHEN 1 THEN $16::text"
+    "  END,"
+    " pgid = CASE $15::integer WHEN 0 THEN pgid WHEN 1 THEN $17::bigint"
+    "  ELSE 0 END,"
+    " settle_from = CASE $15::integer WHEN 1 THEN $18::bigint WHEN 2 THEN 0"
+    "  WHEN 3 THEN CASE WHEN settle_from > 0 AND settle_from < $18::bigint"
+    "   THEN settle_from ELSE $18::bigint END"
+    "  ELSE CASE WHEN $19::bigint > 0 AND executor IS NOT NULL"
+    "   AND $19::bigint < settle_from THEN $19::bigint ELSE settle_from END"
+    "  END,"
     " result = coalesce($10::text, result),"
     " error = coalesce($11::text, error),"
     " resolution = CASE WHEN $12::integer > 0 THEN $12::integer"

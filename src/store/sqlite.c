@@ -302,24 +302,27 @@ static const char *const stmt_sql[N_STMTS] = {
     ** 0, ?6 attempts to add, ?7 the lease (1 take it over, 2 hand it on;
     ** ?8 owner, ?9 lease_until), ?10 result, ?11 error, ?12 resolution or
     ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (1 set ?16 ?17
-    ** ?18, 2 clear), ?19 a settle_from to lower to, or 0, ?20 duplicate_of
-    ** or NULL, ?21 the owner the record must still have or NULL.  The last
-    ** condition keeps terminal outcomes.  The record as it is then is read
-    ** back by S_GET in the same transaction: RETURNING would hold its rows
-    ** in an ephemeral table, a B-tree with its own pager and page cache
-    ** made and torn down at every change (an 85 KiB block allocated and
-    ** freed each time; in a host whose heap trims, a brk shrink and page
-    ** faults per change). */
+    ** ?18, 2 clear, 3 ended without a verdict at ?18), ?19 a settle_from
+    ** to lower to, or 0, ?20 duplicate_of or NULL, ?21 the owner the
+    ** record must still have or NULL.  The last condition keeps terminal
+    ** outcomes.  The record as it is then is read back by S_GET in the
+    ** same transaction: RETURNING would hold its rows in an ephemeral
+    ** table, a B-tree with its own pager and page cache made and torn down
+    ** at every change (an 85 KiB block allocated and freed each time; in a
+    ** host whose heap trims, a brk shrink and page faults per change). */
     "UPDATE attempts SET"
     " state = CASE WHEN ?5 > 0 THEN ?5 ELSE state END,"
     " attempts = attempts + ?6,"
     " owner = CASE WHEN ?7 > 0 THEN ?8 ELSE owner END,"
     " lease_until = CASE WHEN ?7 > 0 THEN ?9 ELSE lease_until END,"
     " token = token + (?7 = 1),"
-    " executor = CASE ?15 WHEN 1 THEN ?16 WHEN 2 THEN NULL ELSE executor END,"
-    " pgid = CASE ?15 WHEN 1 THEN ?17 WHEN 2 THEN 0 ELSE pgid END,"
-    " settle_from = CASE WHEN ?15 = 1 THEN ?18 WHEN ?19 > 0 AND executor"
-    "  IS NOT NULL AND ?19 < settle_from THEN ?19 ELSE settle_from END,"
+    " executor = CASE ?15 WHEN 0 THEN executor WHEN 1 THEN ?16 END,"
+    " pgid = CASE ?15 WHEN 0 THEN pgid WHEN 1 THEN ?17 ELSE 0 END,"
+    " settle_from = CASE ?15 WHEN 1 THEN ?18 WHEN 2 THEN 0"
+    "  WHEN 3 THEN CASE WHEN settle_from > 0 AND settle_from < ?18"
+    "   THEN settle_from ELSE ?18 END"
+    "  ELSE CASE WHEN ?19 > 0 AND executor IS NOT NULL AND ?19 < settle_from"
+    "   THEN ?19 ELSE settle_from END END,"
     " duplicate_of = coalesce(?20, duplicate_of),"
     " result = coalesce(?10, result),"
     " error = coalesce(?11, error),"
