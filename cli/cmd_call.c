@@ -109,7 +109,7 @@ int cmd_call(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *args = "{}";
-  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL};
+  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL, 0};
   idem_run_hooks hooks;
   char *stdin_args = NULL, *env = NULL;
   idem_policy *policy = NULL;

@@ -279,7 +279,7 @@ int cmd_exec(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *args = "{}", *status = NULL;
-  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL};
+  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL, 0};
   size_t timeout = 0;
   char *stdin_args = NULL;
   idem_policy *policy = NULL;

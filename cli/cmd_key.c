@@ -78,7 +78,7 @@ int cmd_key(int argc, char **argv) {
       {NULL, 0, NULL, 0}};
   size_t depth = IDEM_DEFAULT_MAX_DEPTH, bytes = IDEM_DEFAULT_MAX_BYTES;
   idem_keyspec spec = {sizeof spec, NULL, 0};
-  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL};
+  idem_call call = {sizeof call, NULL, NULL, NULL, NULL, 0, NULL, 0};
   int json = 0, lines = 0, ch, rc, err, truncated;
   char *text = NULL;
   idem_canon *c;

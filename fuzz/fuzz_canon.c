@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *copy;
   int rc, rcb;
   idem_key k;
-  idem_call call = {sizeof call, "s", "c", "t", NULL, 0, NULL};
+  idem_call call = {sizeof call, "s", "c", "t", NULL, 0, NULL, 0};
   if (!c) {
     if (idem_canon_open(&c) != IDEM_OK || idem_canon_open(&c2) != IDEM_OK ||
         idem_canon_open(&cb) != IDEM_OK)

@@ -223,6 +223,13 @@ typedef struct idem_call {
   ** turn.  Any non-empty text the harness keeps for the turn (the model
   ** response's id, say). */
   const char *turn;
+  /* Nonzero: the caller runs a status check of its own (a function given
+  ** in code, idem_tool.check), whatever the policy names: the step asks
+  ** for it (IDEM_NEXT_CHECK, with idem_step_check_tool() NULL when the
+  ** policy names no status tool) before it settles an action in doubt.
+  ** (Added in 0.4.0; a caller built against 0.3.0 passes the smaller
+  ** size and reads as 0.) */
+  int own_check;
 } idem_call;
 
 /* How a tool's keys are made; a NULL spec means the defaults. */

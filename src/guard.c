@@ -138,6 +138,7 @@ struct idem_step {
   int recover;          /* idem_guard_recover: check, never execute          */
   int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
   int told;             /* the delivery is recorded already                  */
+  int own_check;        /* the caller runs a status check of its own         */
   int ended;            /* the attempt being finished has ended: nothing of  */
                         /* it runs, yet without a verdict it may land (§6a) */
   idem_record *earlier; /* the fencing action, in FENCE and its CHECK     */
@@ -231,8 +232,10 @@ static long long backoff(const idem__tool_rule *r, int n) {
   return d < 60000 ? d : 60000;
 }
 
-static int has_check(const idem__tool_rule *r) {
-  return r->has_status && (r->status.tool || r->status.command);
+/* Is there a status check: the policy's, or the caller's own function? */
+static int has_check(const idem_step *s) {
+  const idem__tool_rule *r = s->rule;
+  return s->own_check || (r->has_status && (r->status.tool || r->status.command));
 }
 
 /* ---- attempts still in flight (SPEC §6a) ------------------------------------ */
@@ -347,7 +350,7 @@ static const char *check_hint(idem_step *s, char *buf, size_t n) {
     snprintf(buf, n,
              "Do not call %s again before checking: call %s with %s first.",
              s->tool, r->status.tool, s->check_args ? s->check_args : "{}");
-  else if (r->has_status && r->status.command)
+  else if ((r->has_status && r->status.command) || s->own_check)
     snprintf(buf, n,
              "Do not call %s again; the status check could not settle it, "
              "so tell the user the outcome is not yet known.",
@@ -646,7 +649,7 @@ static int build_check_args(idem_step *s, const char *args, size_t args_len,
 static int reconcile_own(idem_step *s, const idem_record *r) {
   s->attempt = r->attempts;
   set_why(s, r->error ? r->error : s->why);
-  if (has_check(s->rule)) {
+  if (has_check(s)) {
     int rc = build_check_args(s, s->args, s->args_len, s->key);
     if (rc) return rc;
     s->phase = PH_CHECK_OWN;
@@ -868,7 +871,7 @@ static int decide_fenced(idem_step *s, idem_record *e) {
     if (!(now = seize(s, e, IDEM_STATE_IN_DOUBT, 0, &rc))) return rc;
     idem_record_free(s->earlier);
     s->earlier = now;
-    if (!has_check(s->rule)) return answer_unknown(s, now->call_id);
+    if (!has_check(s)) return answer_unknown(s, now->call_id);
     if ((rc = build_check_args(s, now->args, strlen(now->args), now->key)))
       return rc;
     s->phase = PH_CHECK_EARLIER;
@@ -1091,7 +1094,7 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   int rc;
   if (out) *out = NULL;
   if (!g || g->magic != GUARD_MAGIC || !out) return IDEM_MISUSE;
-  if (idem__abi_in(&cur, sizeof cur, call_in, IDEM__ABI_MIN(idem_call)))
+  if (idem__abi_in(&cur, sizeof cur, call_in, IDEM__CALL_MIN))
     return gfail(g, IDEM_MISUSE,
                  "idem_call.size is %zu: set it to sizeof(idem_call)",
                  call_in ? call_in->size : 0);
@@ -1107,6 +1110,7 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   s->call_id = idem__strdup(call->call_id ? call->call_id : "");
   s->tool = idem__strdup(call->tool);
   s->turn = call->turn ? idem__strdup(call->turn) : NULL;
+  s->own_check = call->own_check != 0;
   if (step_attach(s, g) || !s->session || !s->call_id || !s->tool ||
       (call->turn && !s->turn))
     return gfail(g, IDEM_NOMEM, "out of memory");
@@ -2092,6 +2096,7 @@ int idem_guard_call(idem_guard *g, const idem_call *call,
   char *result, *error;
   idem_tool tcur;
   const idem_tool *tool = &tcur;
+  idem_call ccur;
   if (envelope) *envelope = NULL;
   if (len) *len = 0;
   if (!g || g->magic != GUARD_MAGIC || !envelope) return IDEM_MISUSE;
@@ -2100,7 +2105,15 @@ int idem_guard_call(idem_guard *g, const idem_call *call,
                  "idem_tool.size is %zu: set it to sizeof(idem_tool)",
                  tool_in ? tool_in->size : 0);
   if (!tool->run) return IDEM_MISUSE;
-  if ((rc = idem_guard_begin(g, call, &s))) goto done;
+  /* a check function given in code is a status check, whatever the
+  ** policy names (a caller's call is copied: it is const) */
+  if (idem__abi_in(&ccur, sizeof ccur, call, IDEM__CALL_MIN))
+    return gfail(g, IDEM_MISUSE,
+                 "idem_call.size is %zu: set it to sizeof(idem_call)",
+                 call ? call->size : 0);
+  ccur.size = sizeof ccur;
+  if (tool->check) ccur.own_check = 1;
+  if ((rc = idem_guard_begin(g, &ccur, &s))) goto done;
   s->auto_deliver = 1;
   for (;;) {
     switch (s->next) {

@@ -20,7 +20,7 @@ static void test_misuse(void) {
   const char *out = "x";
   size_t n = 9;
   idem_key k;
-  idem_call call = {sizeof call, "s", "c", "t", "{}", 2, NULL};
+  idem_call call = {sizeof call, "s", "c", "t", "{}", 2, NULL, 0};
   CHECK_INT(idem_canon_open(NULL), IDEM_MISUSE);
   CHECK_INT(idem_canon_json(NULL, "1", 1, &out, &n), IDEM_MISUSE);
   CHECK(out == NULL && n == 0);
@@ -326,7 +326,7 @@ static void test_keys(void) {
                     "refund_payment",
                     "{\"order_id\":\"ord_1\",\"amount_cents\":6000}",
                     0,
-                    NULL};
+                    NULL, 0};
   char long_id[300];
   call.args_len = strlen(call.args);
 
@@ -513,7 +513,7 @@ static void test_alloc_failures(void) {
     const char *out;
     size_t olen;
     idem_key k;
-    idem_call call = {sizeof call, "s", "c", "t", big, len, NULL};
+    idem_call call = {sizeof call, "s", "c", "t", big, len, NULL, 0};
     int rc;
     alloc_budget = n;
     alloc_live = 0;

@@ -30,7 +30,11 @@ enum {
   MODE_FAIL_BEFORE,
   MODE_REJECT,
   MODE_SLOW,
-  MODE_LATE
+  MODE_LATE,
+  MODE_QUEUED, /* the seed's case: the tool hands the refund to the       */
+               /* provider's queue, its own client gives up at once (the  */
+               /* tool returns UNKNOWN), the refund lands stall_ms later */
+  MODE_LOST    /* the same, but the queue loses it: it never lands        */
 };
 
 typedef struct provider {
@@ -64,6 +68,25 @@ static char *dupz(const char *s) {
   return p;
 }
 
+/* The provider's queue applies a request stall_ms after it came. */
+typedef struct queued {
+  char key[300];
+  int stall_ms;
+} queued;
+
+static void *queue_apply(void *arg) {
+  queued *q = arg;
+  int n;
+  sleep_ms(q->stall_ms);
+  pthread_mutex_lock(&P.mu);
+  n = P.applied++;
+  if (n < 256) snprintf(P.keys[n], sizeof P.keys[n], "%s", q->key);
+  P.landed++;
+  pthread_mutex_unlock(&P.mu);
+  free(q);
+  return NULL;
+}
+
 static int refund_run(void *ctx, const char *key, const char *args, size_t len,
                       char **result, char **error) {
   char buf[400];
@@ -84,6 +107,23 @@ static int refund_run(void *ctx, const char *key, const char *args, size_t len,
     pthread_mutex_unlock(&P.mu);
     *error = dupz("card expired");
     return IDEM_OUTCOME_REJECTED;
+  }
+  if (mode == MODE_QUEUED || mode == MODE_LOST) {
+    queued *q = malloc(sizeof *q);
+    pthread_t t;
+    if (P.nsent < 64) snprintf(P.sent[P.nsent++], sizeof P.sent[0], "%s", key);
+    pthread_mutex_unlock(&P.mu);
+    if (mode == MODE_QUEUED && q) {
+      snprintf(q->key, sizeof q->key, "%s", key);
+      q->stall_ms = stall;
+      if (pthread_create(&t, NULL, queue_apply, q) == 0)
+        pthread_detach(t);
+      else
+        free(q);
+    } else
+      free(q);
+    *error = dupz("the tool's own HTTP client timed out after 30 ms");
+    return IDEM_OUTCOME_UNKNOWN;
   }
   if (mode == MODE_LATE) {
     int i, found = -1;
@@ -215,7 +255,7 @@ static char *call(idem_guard *g, const char *session, const char *call_id,
                   const char *tool, const char *args, int with_check,
                   const char *want_status) {
   char turn[32];
-  idem_call c = {sizeof c, session, call_id, tool, args, strlen(args), turn};
+  idem_call c = {sizeof c, session, call_id, tool, args, strlen(args), turn, 0};
   idem_tool t = {sizeof t, refund_run, with_check ? refund_check : NULL, NULL};
   char *env = NULL, want[64];
   size_t len;
@@ -441,7 +481,7 @@ typedef struct racer {
 static void *race_main(void *arg) {
   racer *r = arg;
   idem_call c = {sizeof c, "sess_r",     r->call_id, "refund_payment",
-                 ARGS,     strlen(ARGS), r->turn};
+                 ARGS,     strlen(ARGS), r->turn, 0};
   idem_tool t = {sizeof t, refund_run, refund_check, NULL};
   size_t len;
   idem_guard_call(r->g, &c, &t, &r->env, &len);
@@ -525,7 +565,7 @@ static void test_two_phase(void) {
   idem_policy *p = policy(REFUND_POLICY);
   idem_guard *g = open_guard(p);
   idem_call c = {sizeof c, "sess_5",     "toolu_1", "refund_payment",
-                 ARGS,     strlen(ARGS), NULL};
+                 ARGS,     strlen(ARGS), NULL, 0};
   idem_step *s = NULL;
   size_t len;
   const char *a;
@@ -580,7 +620,7 @@ static void test_retry_after_doubt(void) {
       "\"get_refund_status\":{\"class\":\"read_only\"}}}");
   idem_guard *g = open_guard(p);
   idem_call c = {sizeof c, "sess_6",     "toolu_1", "refund_payment",
-                 ARGS,     strlen(ARGS), NULL};
+                 ARGS,     strlen(ARGS), NULL, 0};
   idem_step *s = NULL;
   const char *yes =
       "{\"data\":[{\"key\":\"sess_6:toolu_1:a280fb850f483293\"}]}";
@@ -885,6 +925,119 @@ static void test_late_settle_small(void) {
 
 /* Begin a call and time its first attempt out: EXECUTE, then
 ** finish(UNKNOWN), after idem_step_attempt_ended() when ended. */
+/* Ended is not finished (SPEC §6a): the tool's own client gives up and the
+** function returns UNKNOWN long before the guard's deadline, while the
+** refund sits in the provider's queue and lands later.  The attempt ended
+** without a verdict: the check that finds nothing yet settles nothing, no
+** retry with the same key runs (retries 2), the re-issue is fenced, and
+** once the refund shows the re-issue is already_applied - one refund. */
+static void test_ended_not_finished(void) {
+  idem_policy *p = late_policy(3000, 2, 0, -1, 1);
+  idem_guard *g = open_guard(p);
+  idem_record *r;
+  char *e;
+  provider_reset(MODE_QUEUED, 600);
+  e = call(g, "enf", "c1", "refund_payment", ARGS, 1, "outcome_unknown");
+  HAS(e, "\"attempts\":1");
+  HAS(e, "timed out");
+  HASNT(e, "safe to call");
+  HASNT(e, "did not take effect");
+  free(e);
+  CHECK_INT(calls(), 1); /* no retry with the same key */
+  if ((r = record(g, "enf", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->executor == NULL); /* nothing of it runs ... */
+    CHECK(r->settle_from > 0);  /* ... but it may land */
+  }
+  idem_record_free(r);
+  /* the model re-issues it at once: fenced, nothing runs */
+  next_turn();
+  e = call(g, "enf", "c2", "refund_payment", ARGS, 1, "outcome_unknown");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  HASNT(e, "safe to call");
+  free(e);
+  CHECK_INT(calls(), 1);
+  /* the refund lands; the next re-issue is already_applied */
+  wait_landed(1, 5000);
+  next_turn();
+  e = call(g, "enf", "c3", "refund_payment", ARGS, 1, "already_applied");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  free(e);
+  CHECK_INT(calls(), 1);
+  CHECK_INT(applied(), 1);
+  idem_guard_close(g);
+  idem_policy_free(p);
+
+  /* settle_ms bounds it: a provider that lost the request never applies
+  ** it; until settle_ms has passed since the end the re-issue is fenced,
+  ** after it the re-issue runs - once */
+  p = late_policy(3000, 2, 0, 300, 1);
+  g = open_guard(p);
+  provider_reset(MODE_LOST, 0);
+  e = call(g, "enl", "c1", "refund_payment", ARGS, 1, "outcome_unknown");
+  HASNT(e, "safe to call");
+  free(e);
+  next_turn();
+  e = call(g, "enl", "c2", "refund_payment", ARGS, 1, "outcome_unknown");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  free(e);
+  CHECK_INT(calls(), 1);
+  sleep_ms(350);
+  pthread_mutex_lock(&P.mu);
+  P.mode = MODE_OK;
+  pthread_mutex_unlock(&P.mu);
+  next_turn();
+  e = call(g, "enl", "c3", "refund_payment", ARGS, 1, "succeeded");
+  free(e);
+  CHECK_INT(calls(), 2);
+  CHECK_INT(applied(), 1);
+  idem_guard_close(g);
+  idem_policy_free(p);
+
+  /* a provider that dedupes on the key: a retry with the same key is
+  ** harmless, and runs (its landing and the queued one are one refund) */
+  p = late_policy(3000, 2, 1, -1, 1);
+  g = open_guard(p);
+  provider_reset(MODE_LOST, 0);
+  e = call(g, "end", "c1", "refund_payment", ARGS, 1, "outcome_unknown");
+  free(e);
+  CHECK_INT(calls(), 3); /* retries 2, each ended without a verdict */
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* A status check given in code (idem_tool.check) is a status check,
+** whatever the policy names: it is run, and the model is never told there
+** is none. */
+static void test_own_check(void) {
+  idem_policy *p = late_policy(3000, 0, 0, -1, 0); /* no status in it */
+  idem_guard *g = open_guard(p);
+  char *e;
+  provider_reset(MODE_QUEUED, 400);
+  e = call(g, "own", "c1", "refund_payment", ARGS, 1, "outcome_unknown");
+  HASNT(e, "there is no status check");
+  HASNT(e, "safe to call");
+  free(e);
+  pthread_mutex_lock(&P.mu);
+  CHECK_INT(P.checks, 1);
+  pthread_mutex_unlock(&P.mu);
+  wait_landed(1, 5000);
+  /* the same call again: the check in code finds it applied */
+  e = call(g, "own", "c1", "refund_payment", ARGS, 1, "succeeded");
+  HAS(e, "re_1");
+  free(e);
+  /* without the function, the model hears the truth: no check */
+  provider_reset(MODE_QUEUED, 100);
+  e = call(g, "own", "c9", "refund_payment", "{\"order_id\":\"o9\"}", 0,
+           "outcome_unknown");
+  HAS(e, "there is no status check");
+  free(e);
+  wait_landed(1, 5000);
+  CHECK_INT(applied(), 1);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 static idem_step *timed_out(idem_guard *g, idem_call *c, int ended) {
   idem_step *s = NULL;
   CHECK_INT(idem_guard_begin(g, c, &s), IDEM_OK);
@@ -914,7 +1067,7 @@ static void test_two_phase_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY), *pl = policy(LOCAL_POLICY);
   idem_guard *g = open_guard(p), *gl = open_guard(pl);
   idem_call c = {sizeof c, "tp1",        "c1", "refund_payment",
-                 ARGS,     strlen(ARGS), NULL};
+                 ARGS,     strlen(ARGS), NULL, 0};
   idem_step *s;
   idem_record *r;
   const char *env;
@@ -1063,9 +1216,9 @@ static void late_word_case(const char *sess, int outcome) {
   idem_policy *p = late_policy(100, 2, 0, 0, 1);
   idem_guard *g = open_guard(p);
   idem_call c = {sizeof c, sess,         "c1", "refund_payment",
-                 ARGS,     strlen(ARGS), NULL};
+                 ARGS,     strlen(ARGS), NULL, 0};
   idem_call c2 = {sizeof c2, sess,         "c2", "refund_payment",
-                  ARGS,      strlen(ARGS), NULL};
+                  ARGS,      strlen(ARGS), NULL, 0};
   idem_step *s = timed_out(g, &c, 0), *s2 = NULL;
   idem_record *r;
   long long token = idem_step_token(s);
@@ -1122,7 +1275,7 @@ static void test_recover_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY), *pl = policy(LOCAL_POLICY);
   idem_guard *g = open_guard(p), *gl = open_guard(pl);
   idem_call c = {sizeof c, "rc1",        "c1", "refund_payment",
-                 ARGS,     strlen(ARGS), NULL};
+                 ARGS,     strlen(ARGS), NULL, 0};
   idem_settlement v[2];
   idem_step *s = NULL;
   idem_record *r;
@@ -1241,9 +1394,9 @@ static void test_fence_inflight(void) {
   idem_policy *p = policy(REFUND_POLICY), *pl = policy(LOCAL_POLICY);
   idem_guard *g = open_guard(p), *gl = open_guard(pl);
   idem_call c1 = {sizeof c1, "fe1",        "c1", "refund_payment",
-                  ARGS,      strlen(ARGS), NULL};
+                  ARGS,      strlen(ARGS), NULL, 0};
   idem_call c2 = {sizeof c2, "fe1",        "c2", "refund_payment",
-                  ARGS,      strlen(ARGS), NULL};
+                  ARGS,      strlen(ARGS), NULL, 0};
   idem_step *s = NULL;
   idem_record *r;
   const char *env;
@@ -1333,6 +1486,8 @@ int main(int argc, char **argv) {
   test_late_settle_zero();
   test_late_settle_small();
   test_two_phase_inflight();
+  test_ended_not_finished();
+  test_own_check();
   test_late_word_of_an_older_attempt();
   test_recover_inflight();
   test_fence_inflight();

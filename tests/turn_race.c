@@ -66,7 +66,7 @@ static void fail(const char *what, const char *detail, int run) {
 static char *one(idem_guard *g, const char *session, const char *call_id,
                  const char *turn) {
   idem_call c = {sizeof c, session,      call_id, "refund_payment",
-                 ARGS,     strlen(ARGS), turn};
+                 ARGS,     strlen(ARGS), turn, 0};
   idem_tool t = {sizeof t, refund, NULL, NULL};
   char *env = NULL, *copy;
   size_t len;

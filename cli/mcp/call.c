@@ -38,7 +38,7 @@ static void run_job(gcall *c) {
   switch (c->job) {
   case J_BEGIN: {
     idem_call call = {sizeof call, c->session,  c->call_id, c->tool,
-                      c->args,     c->args_len, c->turn};
+                      c->args,     c->args_len, c->turn, 0};
     rc = idem_guard_begin(c->g, &call, &c->s);
     break;
   }
