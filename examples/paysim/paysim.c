@@ -23,16 +23,23 @@
 **
 ** The failure modes are the ways a real provider leaves its client unsure:
 ** apply then stall, hold then apply (late: the attempt that lands after its
-** client gave up), fail before applying, apply then reset the connection,
-** apply then die by SIGKILL, refuse status reads, answer 429.  Each applies
-** only to a request that would apply a new refund (status_down: to status
-** reads), for the next `count` of them or until changed.  The ledger line
-** is durable before any answer or failure, so after a crash the ledger says
-** exactly what was applied.
+** client gave up), queue then answer 504 at once and apply later on a thread
+** of its own (queued: a proxy in front of the provider timed out, and the
+** provider applies the request from its queue all the same - the answer
+** ENDED the exchange, and says nothing of the effect), fail before applying,
+** apply then reset the connection, apply then die by SIGKILL, refuse status
+** reads, answer 429.  Each applies only to a request that would apply a new
+** refund (status_down: to status reads), for the next `count` of them or
+** until changed.  The ledger line is durable before any answer that reports
+** it (and before the failure that follows applying it), so after a crash the
+** ledger says exactly what was applied; a refund held (late) or queued
+** (queued) when the simulator stops is not applied.
 **
 ** One mutex guards the ledger and the mode; it is never held while waiting
 ** on the network or a stall.  libmicrohttpd runs a thread per connection,
-** so a stalled request blocks nobody else.
+** so a stalled request blocks nobody else; a queued refund waits on a
+** detached thread of its own, counted, and the simulator stops only when
+** every one of them has given up (SIGTERM: dropped, not applied).
 */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -62,6 +69,7 @@
   X(NORMAL, "normal")                                                          \
   X(STALL, "stall")                                                            \
   X(LATE, "late")                                                              \
+  X(QUEUED, "queued")                                                          \
   X(FAIL, "fail")                                                              \
   X(RESET, "reset")                                                            \
   X(CRASH, "crash")                                                            \
@@ -98,10 +106,14 @@ static struct {
   long long count; /* requests left in this mode; -1 until changed */
   long long stall_ms;
   int dedupe;   /* the Idempotency-Key binds (off: --no-dedupe) */
-  json_t *held; /* keys of requests held by mode late, not applied yet */
+  json_t *held; /* keys of requests held by mode late or queued, not */
+                /* applied yet                                        */
+  int queued;   /* refunds of mode queued waiting on their threads     */
+  pthread_cond_t idle; /* a queued refund's thread is done           */
   int stopping;
   int quiet;
-} S = {.mu = PTHREAD_MUTEX_INITIALIZER}; /* S.wake: main() */
+} S = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .idle = PTHREAD_COND_INITIALIZER}; /* S.wake: main() */
 
 /* Under S.mu: the mode for one request of the kind it applies to (a new
 ** refund, or a status read for status_down), counting it down. */
@@ -293,6 +305,107 @@ static int stall(long long ms) {
   return stopping ? -1 : 0;
 }
 
+/* A copy of S, or NULL for NULL; *bad set when memory ran out. */
+static char *copy_or_null(const char *s, int *bad) {
+  char *p;
+  size_t n;
+  if (!s) return NULL;
+  n = strlen(s) + 1;
+  if ((p = malloc(n)))
+    memcpy(p, s, n);
+  else
+    *bad = 1;
+  return p;
+}
+
+/* A refund of mode queued: answered 504 already, applied after delay_ms on
+** a thread of its own - or dropped, not applied, when the server stops. */
+typedef struct queued_refund {
+  char *key, *order_id, *reason;
+  long long amount_cents, delay_ms;
+  int held; /* its key is in S.held */
+} queued_refund;
+
+static void queued_free(queued_refund *qr) {
+  free(qr->key);
+  free(qr->order_id);
+  free(qr->reason);
+  free(qr);
+}
+
+static void *apply_queued(void *arg) {
+  queued_refund *qr = arg;
+  char kbuf[80], id[32], err[300];
+  int dropped = stall(qr->delay_ms) != 0; /* the server stops: not applied */
+  long i;
+  shown(qr->key, kbuf, sizeof kbuf);
+  pthread_mutex_lock(&S.mu);
+  if (qr->held) json_object_del(S.held, qr->key);
+  if (dropped) {
+    say("POST /v1/refunds key=%s -> dropped from the queue, not applied", kbuf);
+  } else if ((i = paysim_ledger_append(&S.ledger, qr->key, qr->order_id,
+                                       qr->amount_cents, qr->reason, err,
+                                       sizeof err)) < 0) {
+    say("POST /v1/refunds key=%s -> not applied from the queue: %s", kbuf, err);
+  } else {
+    paysim_refund_id(&S.ledger.v[i], id, sizeof id);
+    say("POST /v1/refunds key=%s -> applied %s from the queue (mode queued)",
+        kbuf, id);
+  }
+  queued_free(qr);
+  S.queued--;
+  pthread_cond_broadcast(&S.idle);
+  pthread_mutex_unlock(&S.mu);
+  return NULL;
+}
+
+/* Under S.mu, which it releases: queue the refund of a (mode queued) and
+** answer 504 at once, as a proxy whose upstream did not answer in time;
+** the refund is applied delay_ms later (apply_queued).  Meanwhile the key
+** answers 409 (with dedupe) and status reads do not show it. */
+static enum MHD_Result queue_refund(struct MHD_Connection *c, const char *key,
+                                    const refund_args *a, long long delay_ms,
+                                    int dedupe, const char *kbuf) {
+  queued_refund *qr = calloc(1, sizeof *qr);
+  pthread_attr_t at;
+  pthread_t th;
+  int bad = !qr, started = 0;
+  if (qr) {
+    qr->key = copy_or_null(key, &bad);
+    qr->order_id = copy_or_null(a->order_id, &bad);
+    qr->reason = copy_or_null(a->reason, &bad);
+    qr->amount_cents = a->amount_cents;
+    qr->delay_ms = delay_ms;
+  }
+  if (!bad && dedupe && key) {
+    if (json_object_set_new(S.held, key, json_true()) != 0)
+      bad = 1;
+    else
+      qr->held = 1;
+  }
+  if (!bad && pthread_attr_init(&at) == 0) {
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    started = pthread_create(&th, &at, apply_queued, qr) == 0;
+    pthread_attr_destroy(&at);
+  }
+  if (started) {
+    S.queued++; /* qr is the thread's now */
+  } else if (qr) {
+    if (qr->held) json_object_del(S.held, key);
+    queued_free(qr);
+  }
+  pthread_mutex_unlock(&S.mu);
+  if (!started) {
+    say("POST /v1/refunds key=%s -> 500 not applied: cannot queue it", kbuf);
+    return send_error(c, 500, "api_error", "The refund could not be queued.");
+  }
+  say("POST /v1/refunds key=%s -> 504, queued: applying in %lld ms (mode "
+      "queued)",
+      kbuf, delay_ms);
+  return send_error(c, 504, "gateway_timeout",
+                    "The upstream server did not answer in time.");
+}
+
 static enum MHD_Result post_refund(struct MHD_Connection *c, request *q) {
   const char *key =
       MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
@@ -394,6 +507,11 @@ static enum MHD_Result post_refund(struct MHD_Connection *c, request *q) {
     return send_json(
         c, 429, error_body("rate_limit", "Too many requests; retry later."),
         "Retry-After", "1");
+  }
+  if (m == MODE_QUEUED) {
+    ok = queue_refund(c, key, &a, stall_ms, dedupe, kbuf);
+    json_decref(root);
+    return ok;
   }
   if (m == MODE_LATE) {
     /* Hold first, apply after: meanwhile the key answers 409 (dedupe) and
@@ -549,8 +667,8 @@ static enum MHD_Result set_mode(struct MHD_Connection *c, request *q) {
   if (!json_is_object(root))
     bad = "the body must be a JSON object";
   else if (m < 0)
-    bad = "mode: one of normal, stall, late, fail, reset, crash, status_down, "
-          "reject429";
+    bad = "mode: one of normal, stall, late, queued, fail, reset, crash, "
+          "status_down, reject429";
   else if (count && !json_is_null(count) &&
            (!json_is_integer(count) || json_integer_value(count) < 1))
     bad = "count: an integer >= 1, or null for until changed";
@@ -678,7 +796,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **state,
 static const char usage[] =
     "usage: idem-paysim --ledger FILE [--port N] [--port-file FILE]\n"
     "                   [--mode MODE] [--stall-ms N] [--no-dedupe] [--quiet]\n"
-    "MODE: normal stall late fail reset crash status_down reject429\n";
+    "MODE: normal stall late queued fail reset crash status_down reject429\n";
 
 static int bad_usage(const char *what, const char *value) {
   fprintf(stderr, "paysim: %s%s%s%s\n%s", what, value ? ": \"" : "",
@@ -824,6 +942,10 @@ int main(int argc, char **argv) {
   pthread_cond_broadcast(&S.wake);
   pthread_mutex_unlock(&S.mu);
   MHD_stop_daemon(d);
+  /* the queued refunds' threads saw S.stopping: each drops its refund */
+  pthread_mutex_lock(&S.mu);
+  while (S.queued > 0) pthread_cond_wait(&S.idle, &S.mu);
+  pthread_mutex_unlock(&S.mu);
   json_decref(S.held);
   paysim_ledger_close(&S.ledger);
   fprintf(stderr, "paysim: stopped (%s)\n",

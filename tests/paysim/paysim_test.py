@@ -438,6 +438,60 @@ def case_late(d):
        ["k2", "k1", "k3", None], "ledger: the one held at SIGTERM is not in it")
 
 
+def case_queued(d):
+    """Mode queued: 504 at once, applied stall_ms later from the queue (a
+    proxy gave up, the provider did not); meanwhile nothing is in the
+    ledger or the status reads, and the key answers 409."""
+    s = Sim(d)
+    s.mode("queued", count=1, stall_ms=1000)
+    t0 = time.monotonic()
+    r = s.refund({"order_id": "ord_1", "amount_cents": 700}, key="k1")
+    is_error(r, 504, "gateway_timeout", "mode queued")
+    expect(time.monotonic() - t0 < 0.8, "the 504 comes at once",
+           time.monotonic() - t0)
+    eq(ledger_lines(s.ledger), [], "ledger right after the 504")
+    eq(s.get("/v1/refunds?idempotency_key=k1").json()["data"], [],
+       "status read while queued: not applied yet")
+    # The same key while queued: 409, applies nothing, counts nothing.
+    is_error(s.refund({"order_id": "ord_1", "amount_cents": 700}, key="k1"),
+             409, "idempotency_conflict", "same key while queued")
+    applied(s.refund({"order_id": "ord_2", "amount_cents": 5}, key="k2"),
+            "k2", "ord_2", 5, 1)
+    until = time.monotonic() + 20
+    while len(ledger_lines(s.ledger)) < 2:
+        expect(time.monotonic() < until, "the queued refund lands")
+        time.sleep(0.02)
+    expect(time.monotonic() - t0 >= 0.95, "... not before stall_ms",
+           time.monotonic() - t0)
+    eq([x["idempotency_key"] for x in ledger_lines(s.ledger)], ["k2", "k1"],
+       "ledger: the queued refund after the other one")
+    r = s.refund({"order_id": "ord_1", "amount_cents": 700}, key="k1")
+    a = applied(r, "k1", "ord_1", 700, 2)
+    eq(r.header("Idempotent-Replayed"), "true", "the queued refund replays")
+    eq(ledger_lines(s.ledger)[1], record_of(a), "its ledger line")
+    # Without dedupe the same key while queued applies again: two refunds.
+    s.mode("queued", count=1, stall_ms=500, dedupe=False)
+    is_error(s.refund({"order_id": "ord_3", "amount_cents": 3}, key="k3"),
+             504, "gateway_timeout", "mode queued without dedupe")
+    applied(s.refund({"order_id": "ord_3", "amount_cents": 3}, key="k3"),
+            "k3", "ord_3", 3, 3)
+    until = time.monotonic() + 20
+    while len(ledger_lines(s.ledger)) < 4:
+        expect(time.monotonic() < until, "the queued refund lands")
+        time.sleep(0.02)
+    eq([x["idempotency_key"] for x in ledger_lines(s.ledger)],
+       ["k2", "k1", "k3", "k3"], "ledger without dedupe")
+    # Stopped while queued: dropped, NOT applied, and the stop waits for it.
+    s.mode("queued", count=1, stall_ms=60000, dedupe=True)
+    is_error(s.refund({"order_id": "ord_5", "amount_cents": 5}, key="k5"),
+             504, "gateway_timeout", "queued for a minute")
+    s.stop()
+    eq(len(ledger_lines(s.ledger)), 4, "ledger: the one queued at SIGTERM "
+       "is not in it")
+    expect("key=k5 -> dropped from the queue, not applied" in s.stderr(),
+           "the drop is said", s.stderr())
+
+
 def case_no_dedupe(d):
     """--no-dedupe: the key binds nothing, every POST applies a new refund."""
     s = Sim(d, args=["--no-dedupe"])
