@@ -11,11 +11,19 @@
 ** once and its repeat replays; a refund applied then stalled past the
 ** deadline is outcome unknown at the attempt, and the status check (an
 ** HTTP tool too) settles it as applied; without a status check the answer
-** is outcome_unknown; a 503 ends its attempt (SPEC §6a), so the status
-** check's "not applied" lets the call run again with the same key, once;
-** eight threads on one guard, and four racing copies of one call; the
-** caller's check hook for a status command; hooks of an older, smaller
-** layout read only within their size; idem_step_check_http's refusals.
+** is outcome_unknown; a 503 ENDS its attempt but is no verdict (SPEC §6a):
+** by default the action stays in doubt whatever the status check says,
+** and nothing is sent again (one refund at most); under on_5xx
+** "not_applied" (a provider that documents a 5xx as never applied) it is
+** retried with the same key, and so it is under provider_dedupes; issue
+** 26: a proxy answers 504 at once while the provider applies the refund
+** a second later - the call, the model's re-issue at once and another
+** 1.6 s later make one refund (outcome_unknown, never failed; fenced;
+** already_applied), and with settle_ms a re-issue after it runs once when
+** the provider never applied; eight threads on one guard, and four racing
+** copies of one call; the caller's check hook for a status command; hooks
+** of an older, smaller layout read only within their size;
+** idem_step_check_http's refusals.
 ** Against a small server of this file, which keeps the head of every
 ** request: a URL and a header filled with numbers carry their canonical
 ** RFC 8785 text (0.1, 1e+21, the shortest digits of a long mantissa), not
@@ -243,6 +251,48 @@ static void mode(idem_guard *g, const char *m) {
   idem_free(env);
 }
 
+/* The same with the delay (stall_ms) and the dedupe it keeps after. */
+static void mode_with(idem_guard *g, const char *m, int stall_ms, int dedupe) {
+  char args[160], *env = NULL;
+  static int n;
+  char id[32];
+  seen w;
+  snprintf(args, sizeof args,
+           "{\"mode\":\"%s\",\"count\":1,\"stall_ms\":%d,\"dedupe\":%s}", m,
+           stall_ms, dedupe ? "true" : "false");
+  snprintf(id, sizeof id, "modew%d", ++n);
+  CHECK_INT(run(g, id, "paysim_mode", args, &env, &w), IDEM_OK);
+  CHECK_HAS(env, "\"status\":\"succeeded\"");
+  idem_free(env);
+}
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The record of (session "s", call_id) is in state st after attempts. */
+static void record_is(idem_guard *g, const char *call_id, int st,
+                      int attempts) {
+  idem_record *r = NULL;
+  CHECK_INT(idem_guard_record(g, "s", call_id, &r), IDEM_OK);
+  if (r) {
+    CHECK_INT(r->state, st);
+    CHECK_INT(r->attempts, attempts);
+  }
+  idem_record_free(r);
+}
+
+/* An answer that ran nothing new and says so honestly: outcome_unknown,
+** never failed, never "safe to call again" (SPEC §6a). */
+#define CHECK_IN_DOUBT(env)                                                    \
+  do {                                                                         \
+    CHECK_HAS(env, "\"status\":\"outcome_unknown\"");                          \
+    CHECK(!strstr(env ? env : "", "\"status\":\"failed\""));                   \
+    CHECK(!strstr(env ? env : "", "safe to call"));                            \
+  } while (0)
+
 static const char POLICY[] =
     "{\"tools\": {\n"
     /* the provider dedupes; a status check by order */
@@ -258,6 +308,26 @@ static const char POLICY[] =
     "  \"http\": {\"url\": \"http://127.0.0.1:%d/v1/refunds\"},\n"
     "  \"status\": {\"tool\": \"list\", \"arguments\": {\"order_id\": "
     "\"{order_id}\"}}},\n"
+    /* the same, under a provider that documents a 5xx as never applied */
+    " \"refund_5na\": {\"class\": \"guarded\", \"timeout_ms\": 1000,\n"
+    "  \"retries\": 2, \"backoff_ms\": 50, \"fence\": [\"order_id\"],\n"
+    "  \"http\": {\"url\": \"http://127.0.0.1:%d/v1/refunds\",\n"
+    "   \"on_5xx\": \"not_applied\"},\n"
+    "  \"status\": {\"tool\": \"list\", \"arguments\": {\"order_id\": "
+    "\"{order_id}\"}}},\n"
+    /* issue 26: no dedupe, a status check by key over HTTP; without and
+    ** with settle_ms */
+    " \"refund_q\": {\"class\": \"guarded\", \"timeout_ms\": 1000,\n"
+    "  \"retries\": 2, \"backoff_ms\": 50, \"fence\": [\"order_id\"],\n"
+    "  \"http\": {\"url\": \"http://127.0.0.1:%d/v1/refunds\"},\n"
+    "  \"status\": {\"tool\": \"by_key\"}},\n"
+    " \"refund_qs\": {\"class\": \"guarded\", \"timeout_ms\": 1000,\n"
+    "  \"retries\": 2, \"backoff_ms\": 50, \"fence\": [\"order_id\"],\n"
+    "  \"settle_ms\": 500,\n"
+    "  \"http\": {\"url\": \"http://127.0.0.1:%d/v1/refunds\"},\n"
+    "  \"status\": {\"tool\": \"by_key\"}},\n"
+    " \"by_key\": {\"class\": \"read_only\", \"http\": {\"url\":\n"
+    "  \"http://127.0.0.1:%d/v1/refunds?idempotency_key={$key}\"}},\n"
     /* a status check the library does not make: a command */
     " \"refund_cmd\": {\"class\": \"guarded\", \"timeout_ms\": 1000,\n"
     "  \"retries\": 2, \"backoff_ms\": 50,\n"
@@ -285,8 +355,8 @@ static const char POLICY[] =
 static idem_policy *policy_for(int paysim, int mine) {
   char text[sizeof POLICY + 64];
   idem_policy *p = NULL;
-  snprintf(text, sizeof text, POLICY, paysim, paysim, paysim, paysim, paysim,
-           paysim, mine, mine);
+  snprintf(text, sizeof text, POLICY, paysim, paysim, paysim, paysim,
+           paysim, paysim, paysim, paysim, paysim, paysim, mine, mine);
   if (idem_policy_parse(text, strlen(text), "test policy", &p) != IDEM_OK) {
     fprintf(stderr, "policy: %s\n", p ? idem_policy_errmsg(p) : "no memory");
     exit(1);
@@ -360,26 +430,149 @@ static void stall_reconciled(idem_guard *g) {
   idem_free(env);
 }
 
-static void response_ends_attempt(idem_guard *g) {
+static void five_hundreds(idem_guard *g) {
   char *env = NULL;
   seen w;
-  /* a 503 without applying: unknown (on_5xx), but the attempt has ended -
-  ** so the check's "not applied" is the whole truth, and the call runs
-  ** again with its key (a provider that does not dedupe: once) */
+  /* a 503 ends the exchange, but it is no verdict (SPEC §6a): the provider
+  ** may apply the request from its queue still.  By default the status
+  ** check's "not applied" says only "not yet": the action stays in doubt,
+  ** and nothing is sent again (a provider that does not dedupe) */
   mode(g, "fail");
   CHECK_INT(run(g, "c4", "refund_nd",
                 "{\"order_id\":\"o4\",\"amount_cents\":900}", &env, &w),
+            IDEM_OK);
+  CHECK_INT(w.attempts, 1);
+  CHECK_INT(w.attempt_outcome[0], IDEM_OUTCOME_UNKNOWN);
+  CHECK_INT(w.attempt_status[0], 503);
+  CHECK_INT(w.checks, 1);
+  CHECK_INT(w.check_outcome[0], IDEM_OUTCOME_NOT_APPLIED);
+  CHECK_IN_DOUBT(env);
+  CHECK_HAS(env, "\"attempts\":1");
+  CHECK_HAS(env, "HTTP 503");
+  idem_free(env);
+  record_is(g, "c4", IDEM_STATE_IN_DOUBT, 1);
+  /* the same call again, and the model's re-issue: nothing is sent */
+  CHECK_INT(run(g, "c4", "refund_nd",
+                "{\"order_id\":\"o4\",\"amount_cents\":900}", &env, &w),
+            IDEM_OK);
+  CHECK_INT(w.attempts, 0);
+  CHECK_IN_DOUBT(env);
+  idem_free(env);
+  CHECK_INT(run(g, "c4b", "refund_nd",
+                "{\"order_id\":\"o4\",\"amount_cents\":900}", &env, &w),
+            IDEM_OK);
+  CHECK_INT(w.attempts, 0);
+  CHECK_IN_DOUBT(env);
+  CHECK_HAS(env, "\"duplicate_of\":\"c4\"");
+  idem_free(env);
+  CHECK_INT(refunds("o4"), 0);
+  record_is(g, "c4", IDEM_STATE_IN_DOUBT, 1);
+
+  /* a provider that documents a 5xx as "never applied", told so by the
+  ** policy (on_5xx "not_applied"): the 503 is a verdict, and the call runs
+  ** again with its key, once */
+  mode(g, "fail");
+  CHECK_INT(run(g, "c4n", "refund_5na",
+                "{\"order_id\":\"o4n\",\"amount_cents\":900}", &env, &w),
+            IDEM_OK);
+  CHECK_INT(w.attempts, 2);
+  CHECK_INT(w.attempt_outcome[0], IDEM_OUTCOME_NOT_APPLIED);
+  CHECK_INT(w.attempt_status[0], 503);
+  CHECK_INT(w.attempt_outcome[1], IDEM_OUTCOME_APPLIED);
+  CHECK_INT(w.checks, 0);
+  CHECK_HAS(env, "\"status\":\"succeeded\"");
+  CHECK_HAS(env, "\"attempts\":2");
+  CHECK_INT(refunds("o4n"), 1);
+  idem_free(env);
+
+  /* a provider that dedupes on the key (provider_dedupes): the same key
+  ** again is harmless, so the ended attempt is retried with it at once */
+  mode(g, "fail");
+  CHECK_INT(run(g, "c4d", "refund",
+                "{\"order_id\":\"o4d\",\"amount_cents\":900}", &env, &w),
             IDEM_OK);
   CHECK_INT(w.attempts, 2);
   CHECK_INT(w.attempt_outcome[0], IDEM_OUTCOME_UNKNOWN);
   CHECK_INT(w.attempt_status[0], 503);
   CHECK_INT(w.attempt_outcome[1], IDEM_OUTCOME_APPLIED);
-  CHECK_INT(w.checks, 1);
-  CHECK_INT(w.check_outcome[0], IDEM_OUTCOME_NOT_APPLIED);
   CHECK_HAS(env, "\"status\":\"succeeded\"");
   CHECK_HAS(env, "\"attempts\":2");
-  CHECK_INT(refunds("o4"), 1);
+  CHECK_INT(refunds("o4d"), 1);
   idem_free(env);
+}
+
+/* Issue 26 through idem_guard_run: a proxy in front of the provider
+** answers 504 at once, and the provider applies the refund from its queue
+** a second later (paysim mode queued); the provider does not dedupe, the
+** status check asks by key over HTTP.  The call, the model's re-issue at
+** once and another 1.6 s after the first: one refund. */
+static void proxy_504(idem_guard *g) {
+  static const char ARGS26[] = "{\"order_id\":\"o26\",\"amount_cents\":2600}";
+  static const char ARGS26S[] =
+      "{\"order_id\":\"o26s\",\"amount_cents\":2600}";
+  char *env = NULL;
+  long long t0, left;
+  seen w;
+  mode_with(g, "queued", 1000, 0);
+  t0 = mono_ms();
+  CHECK_INT(run(g, "q1", "refund_q", ARGS26, &env, &w), IDEM_OK);
+  CHECK_INT(w.attempts, 1); /* never sent again */
+  CHECK_INT(w.attempt_status[0], 504);
+  CHECK_INT(w.attempt_outcome[0], IDEM_OUTCOME_UNKNOWN);
+  CHECK_INT(w.checks, 1);
+  CHECK_INT(w.check_outcome[0], IDEM_OUTCOME_NOT_APPLIED); /* not YET */
+  CHECK_STR(w.check_tool, "by_key");
+  CHECK_IN_DOUBT(env);
+  CHECK_HAS(env, "\"check_with\"");
+  idem_free(env);
+  record_is(g, "q1", IDEM_STATE_IN_DOUBT, 1);
+  /* the model re-issues it at once, under a new call id: fenced */
+  CHECK_INT(run(g, "q2", "refund_q", ARGS26, &env, &w), IDEM_OK);
+  CHECK_INT(w.attempts, 0);
+  CHECK_IN_DOUBT(env);
+  CHECK_HAS(env, "\"duplicate_of\":\"q1\"");
+  idem_free(env);
+  CHECK_INT(refunds("o26"), 0);
+  if (mono_ms() - t0 >= 1000)
+    fprintf(stderr, "test_http: note: the checks took %lld ms, past the "
+            "provider's queue (the premise of issue 26)\n", mono_ms() - t0);
+  CHECK(mono_ms() - t0 < 1000);
+  /* the refund lands from the queue; the third call 1.6 s after the first */
+  if ((left = t0 + 1600 - mono_ms()) > 0) sleep_ms((int)left);
+  CHECK_INT(refunds("o26"), 1);
+  CHECK_INT(run(g, "q3", "refund_q", ARGS26, &env, &w), IDEM_OK);
+  CHECK_INT(w.attempts, 0);
+  CHECK_HAS(env, "\"status\":\"already_applied\"");
+  CHECK_HAS(env, "\"duplicate_of\":\"q1\"");
+  idem_free(env);
+  CHECK_INT(run(g, "q1", "refund_q", ARGS26, &env, &w), IDEM_OK);
+  CHECK_INT(w.attempts, 0);
+  CHECK_HAS(env, "\"status\":\"succeeded\"");
+  idem_free(env);
+  CHECK_INT(refunds("o26"), 1);
+
+  /* settle_ms 500, and a provider that never applies (a 503 it does not
+  ** document): within settle_ms the re-issue is fenced; after it, "not
+  ** applied" is the whole truth, and the re-issue runs - once */
+  mode_with(g, "fail", 3000, 1);
+  t0 = mono_ms();
+  CHECK_INT(run(g, "s1", "refund_qs", ARGS26S, &env, &w), IDEM_OK);
+  CHECK_INT(w.attempts, 1);
+  CHECK_INT(w.attempt_status[0], 503);
+  CHECK_IN_DOUBT(env);
+  idem_free(env);
+  CHECK_INT(run(g, "s2", "refund_qs", ARGS26S, &env, &w), IDEM_OK);
+  CHECK_INT(w.attempts, 0);
+  CHECK_IN_DOUBT(env);
+  CHECK_HAS(env, "\"duplicate_of\":\"s1\"");
+  idem_free(env);
+  CHECK(mono_ms() - t0 < 500);
+  sleep_ms(700);
+  CHECK_INT(run(g, "s3", "refund_qs", ARGS26S, &env, &w), IDEM_OK);
+  CHECK_INT(w.attempts, 1);
+  CHECK_HAS(env, "\"status\":\"succeeded\"");
+  idem_free(env);
+  CHECK_INT(refunds("o26s"), 1);
 }
 
 typedef struct racer {
@@ -520,8 +713,9 @@ static void hooks_and_checks(idem_guard *g) {
   call.size = sizeof call;
   call.session = "s";
   call.tool = "refund_cmd";
-  /* a status command: the check hook makes it; "not applied" after a 503
-  ** that ended its attempt runs the call again, once */
+  /* a status command: the check hook makes it; its "not applied" after a
+  ** 503 (an attempt that ended without a verdict) leaves the action in
+  ** doubt, and nothing is sent again (SPEC §6a) */
   mode(g, "fail");
   memset(&hooks, 0, sizeof hooks);
   hooks.size = sizeof hooks;
@@ -534,9 +728,9 @@ static void hooks_and_checks(idem_guard *g) {
   call.args_len = strlen(call.args);
   CHECK_INT(idem_guard_run(g, &call, &hooks, &env, &len), IDEM_OK);
   CHECK_INT(hook_checks, 1);
-  CHECK_INT(w.attempts, 2);
-  CHECK_HAS(env, "\"status\":\"succeeded\"");
-  CHECK_INT(refunds("k1"), 1);
+  CHECK_INT(w.attempts, 1);
+  CHECK_IN_DOUBT(env);
+  CHECK_INT(refunds("k1"), 0);
   idem_free(env);
   /* without the hook the check is not made: in doubt, outcome_unknown */
   mode(g, "fail");
@@ -564,8 +758,8 @@ static void hooks_and_checks(idem_guard *g) {
   call.args = "{\"order_id\":\"k3\",\"amount_cents\":100}";
   call.args_len = strlen(call.args);
   CHECK_INT(idem_guard_run(g, &call, &hooks, &env, &len), IDEM_OK);
-  CHECK_HAS(env, "\"status\":\"succeeded\"");
-  CHECK_INT(w.attempts, 2);
+  CHECK_IN_DOUBT(env); /* the 503 again: in doubt, not sent again */
+  CHECK_INT(w.attempts, 1);
   CHECK_INT(forbidden_calls, 0);
   idem_free(env);
 
@@ -682,7 +876,8 @@ int main(int argc, char **argv) {
   CHECK_INT(idem_guard_open(log, p, &g), IDEM_OK);
   applies_once(g);
   stall_reconciled(g);
-  response_ends_attempt(g);
+  five_hundreds(g);
+  proxy_504(g);
   threads(g);
   canonical_numbers(g);
   hooks_and_checks(g);
