@@ -37,6 +37,11 @@ group_gone() {
   [ -n "$pg" ] && [ "$pg" != 0 ] || return 0
   for i in $(seq 100); do kill -0 -- "-$pg" 2>/dev/null || return 0; sleep 0.05; done
 }
+# wait until the ledger holds N refunds (a queued one lands), at most 10 s
+wait_applied() {
+  local i
+  for i in $(seq 200); do [ "$(applied)" -ge "$1" ] && return 0; sleep 0.05; done
+}
 # wait until no process of this test's commands is left (late landings done)
 settle_all() {
   local i
@@ -152,8 +157,11 @@ expect "front end killed: the runner's result" 0 "$code"
 expect "front end killed: one refund" 1 "$(applied)"
 
 # ---- 7. kill -9 of the runner: its command dies with it -------------------
+# refund.sh writes the ledger itself: its effects end with its process group
+# (settle_ms 0), so once the group is empty the attempt has finished
 : > "$LEDGER"
-REFUND_MODE=late LATE=0.6 run g c1 --policy "$T/p1.json" --timeout 200 &
+policy "$T/p7.json" ', "settle_ms": 0'
+REFUND_MODE=late LATE=0.6 run g c1 --policy "$T/p7.json" --timeout 200 &
 sleep 0.1
 pkill -KILL -f "__run --log sqlite:$T/g.db"
 wait
@@ -162,9 +170,52 @@ group_gone g c1
 expect "runner killed: the command applied nothing" 0 "$(applied)"
 has "runner killed: its group is recorded" \
   "$("$IDEM" show --log "sqlite:$T/g.db" --json s c1)" '"pgid":'
-run g c1 --policy "$T/p1.json" --timeout 5000
+run g c1 --policy "$T/p7.json" --timeout 5000
 expect "runner killed: runs again once the group is empty" 0 "$code"
 expect "runner killed: one refund" 1 "$(applied)"
+
+# ---- 7u. the same, but the command had handed the refund to a queue -------
+# (tests/tools/refund_queued.sh: a provider process outside the command's
+# group applies it 2 s later).  The runner dies, the command dies with it,
+# the group is empty: the attempt has ENDED, not finished (SPEC §6a).  With
+# no settle_ms a check's "not applied" proves nothing: in doubt, never
+# "safe to call", the re-issue fenced until the refund shows.
+: > "$LEDGER"
+rm -f "$T/queued"
+QUEUED=$T/queued QUEUE_DELAY=2 QUEUE_THEN=hang:10 "$IDEM" exec \
+  --log "sqlite:$T/gu.db" --session s --call c1 --tool refund_payment \
+  --args "$ARGS" --policy "$T/p1.json" --timeout 5000 \
+  -- "$HERE/tools/refund_queued.sh" > /dev/null 2>&1 &
+fe=$!
+for i in $(seq 200); do [ -e "$T/queued" ] && break; sleep 0.02; done
+pkill -KILL -f "__run --log sqlite:$T/gu.db"
+wait $fe 2>/dev/null
+group_gone gu c1
+expect "queued, runner killed: not landed yet" 0 "$(applied)"
+out=$("$IDEM" exec --log "sqlite:$T/gu.db" --session s --call c1 --tool refund_payment \
+  --args "$ARGS" --policy "$T/p1.json" --timeout 5000 -- "$HERE/tools/refund_queued.sh" 2>/dev/null)
+code=$?
+expect "queued, runner killed: resumed, unknown" 75 "$code"
+has "queued, runner killed: outcome_unknown" "$out" '"status":"outcome_unknown"'
+hasnt "queued, runner killed: never safe to call" "$out" 'safe to call'
+hasnt "queued, runner killed: never failed" "$out" '"status":"failed"'
+has "queued, runner killed: still in doubt" \
+  "$("$IDEM" show --log "sqlite:$T/gu.db" --json s c1)" '"state":"in_doubt"'
+has "queued, runner killed: one attempt" "$out" '"attempts":1'
+out=$("$IDEM" exec --log "sqlite:$T/gu.db" --session s --call c2 --tool refund_payment \
+  --args "$ARGS" --policy "$T/p1.json" --timeout 5000 -- "$HERE/tools/refund_queued.sh" 2>/dev/null)
+expect "queued, runner killed: re-issue not run" 75 "$?"
+has "queued, runner killed: re-issue unknown" "$out" '"status":"outcome_unknown"'
+has "queued, runner killed: re-issue names c1" "$out" '"duplicate_of":"c1"'
+wait_applied 1
+expect "queued, runner killed: the refund landed" 1 "$(applied)"
+out=$("$IDEM" exec --log "sqlite:$T/gu.db" --session s --call c2 --tool refund_payment \
+  --args "$ARGS" --policy "$T/p1.json" --timeout 5000 -- "$HERE/tools/refund_queued.sh" 2>/dev/null)
+expect "queued, runner killed: re-issue answered" 0 "$?"
+has "queued, runner killed: already applied" "$out" '"status":"already_applied"'
+has "queued, runner killed: by c1" "$out" '"duplicate_of":"c1"'
+sleep 0.5
+expect "queued, runner killed: one refund" 1 "$(applied)"
 
 # ---- 8. a caller that reads both pipes to EOF gets the answer at the deadline
 : > "$LEDGER"
@@ -179,9 +230,13 @@ settle_all
 
 # ---- 10. a re-issue that went ahead supersedes the call it repeated --------
 # c1 is in doubt; the model re-issues it as c2, which is fenced; once c1
-# certainly did not apply, c2 runs; a replay of c1 then must not run again
+# certainly did not apply, c2 runs; a replay of c1 then must not run again.
+# c1's command does nothing but exit 3 (no verdict) 0.6 s after it
+# starts, 0.4 s after its deadline: its effects end with it, and within
+# settle_ms 700 of its deadline, which the policy says.  (settle_ms 0 would
+# be true as well, but the runner would kill it at its deadline.)
 : > "$LEDGER"
-policy "$T/p10.json" ', "retries": 0'
+policy "$T/p10.json" ', "retries": 0, "settle_ms": 700'
 sed -i 's/"retries": 1, //' "$T/p10.json"
 out=$("$IDEM" exec --log "sqlite:$T/j.db" --session s --call c1 --tool refund_payment \
   --args "$ARGS" --policy "$T/p10.json" -- sh -c 'cat >/dev/null; sleep 0.6; exit 3' 2>/dev/null)
@@ -190,7 +245,7 @@ run j c2 --policy "$T/p10.json"
 expect "superseded: c2 fenced while c1 may land" 75 "$code"
 has "superseded: c2 names c1" "$out" '"duplicate_of":"c1"'
 settle_all
-sleep 0.3
+sleep 1 # settle_ms 700 from c1's deadline
 run j c2 --policy "$T/p10.json" --timeout 5000
 expect "superseded: c2 runs once c1 cannot land" 0 "$code"
 expect "superseded: one refund" 1 "$(applied)"
@@ -198,6 +253,49 @@ run j c1 --policy "$T/p10.json" --timeout 5000
 expect "superseded: the replay of c1 does not run" 0 "$code"
 has "superseded: c1 already applied by c2" "$out" '"duplicate_of":"c2"'
 expect "superseded: still one refund" 1 "$(applied)"
+
+# ---- 10u. the same when c1's command handed the refund on, then exited 3 --
+# (no settle_ms: the default).  Its end is no verdict: the provider's queue
+# applies it 1.5 s later.  c1 stays in doubt, c2 stays fenced, and once the
+# refund shows c2 is already applied by c1: one refund
+: > "$LEDGER"
+policy "$T/p10u.json" ', "retries": 0'
+sed -i 's/"retries": 1, //' "$T/p10u.json"
+queued() { # queued CALL: c1's command, refund_queued.sh exiting 3
+  out=$(QUEUE_DELAY=1.5 QUEUE_THEN=exit:3 "$IDEM" exec --log "sqlite:$T/ju.db" \
+    --session s --call "$1" --tool refund_payment --args "$ARGS" \
+    --policy "$T/p10u.json" --timeout 5000 -- "$HERE/tools/refund_queued.sh" 2>/dev/null)
+  code=$?
+}
+queued c1
+expect "handed on: c1 unknown" 75 "$code"
+has "handed on: c1 outcome_unknown" "$out" '"status":"outcome_unknown"'
+hasnt "handed on: c1 never safe to call" "$out" 'safe to call'
+has "handed on: c1 one attempt" "$out" '"attempts":1'
+show=$("$IDEM" show --log "sqlite:$T/ju.db" --json s c1)
+has "handed on: c1 in doubt" "$show" '"state":"in_doubt"'
+has "handed on: c1's executor is gone" "$show" '"executor":null'
+expect "handed on: not landed yet" 0 "$(applied)"
+queued c2
+expect "handed on: c2 fenced" 75 "$code"
+has "handed on: c2 unknown" "$out" '"status":"outcome_unknown"'
+has "handed on: c2 names c1" "$out" '"duplicate_of":"c1"'
+hasnt "handed on: c2 never safe to call" "$out" 'safe to call'
+queued c1
+expect "handed on: c1 resumed, still unknown" 75 "$code"
+hasnt "handed on: c1 resumed, never failed" "$out" '"status":"failed"'
+expect "handed on: nothing ran again" 0 "$(applied)"
+wait_applied 1
+expect "handed on: the refund landed" 1 "$(applied)"
+queued c2
+expect "handed on: c2 answered" 0 "$code"
+has "handed on: c2 already applied" "$out" '"status":"already_applied"'
+has "handed on: c2 by c1" "$out" '"duplicate_of":"c1"'
+queued c1
+expect "handed on: c1 answered" 0 "$code"
+has "handed on: c1 succeeded" "$out" '"status":"succeeded"'
+sleep 0.3
+expect "handed on: one refund" 1 "$(applied)"
 
 # ---- 11. the command's exit is its answer, not its stdout's end ------------
 # a background child that holds the command's stdout does not make a
