@@ -142,14 +142,53 @@ has "recover: still running" "$out" '"unknown":1'
 has "still in doubt" "$("$IDEM" show --log "sqlite:$T/late.db" --json s3 c3)" '"state":"in_doubt"'
 
 # an in-doubt record whose attempt has ended (the command died) and whose
-# check says not applied becomes not_applied
+# check says not applied becomes not_applied - when the tool's effects end
+# with its command, as refund.sh's (it writes the ledger itself): the
+# policy says so with settle_ms 0 (SPEC §6a)
+sed 's/"retries": 0,/"retries": 0, "settle_ms": 0,/' "$T/policy.json" > "$T/local.json"
 out=$(REFUND_MODE=crash "$IDEM" exec --session s3 --call c4 --tool refund_payment \
   --args '{"order_id":"d"}' --timeout 2000 -- "$TOOL")
 expect "crashed: in doubt" 75 "$?"
 : > "$LEDGER" # the provider lost it: certainly not applied
-out=$("$IDEM" recover --policy "$T/policy.json" --json)
+out=$("$IDEM" recover --policy "$T/local.json" --json)
 has "recover not applied" "$out" '"not_applied":1'
 has "not_applied state" "$("$IDEM" show --json s3 c4)" '"state":"not_applied"'
+
+# ... but a command that died is an attempt that ENDED, not one that
+# FINISHED: this one had handed the refund to the provider's queue
+# (tests/tools/refund_queued.sh: applied 2 s later by a process outside its
+# group) and then died by SIGKILL.  With no settle_ms (the default) recover
+# leaves it in doubt on "not applied", the re-issue is fenced, and once the
+# refund shows the re-issue is already applied and recover settles it: one
+# refund (a log of its own, so that the counts below stay as they are)
+: > "$LEDGER"
+QL=sqlite:$T/queued.db
+out=$(QUEUE_DELAY=2 QUEUE_THEN=kill "$IDEM" exec --log "$QL" --session s6 --call c1 \
+  --tool refund_payment --args '{"order_id":"q"}' --timeout 2000 -- "$HERE/tools/refund_queued.sh")
+expect "queued, died: in doubt" 75 "$?"
+has "queued, died: outcome_unknown" "$out" '"status":"outcome_unknown"'
+out=$("$IDEM" recover --log "$QL" --policy "$T/policy.json" --json)
+has "queued, died: recover leaves it" "$out" '"unknown":1'
+has "queued, died: recover says not applied of none" "$out" '"not_applied":0'
+has "queued, died: still in doubt" "$("$IDEM" show --log "$QL" --json s6 c1)" '"state":"in_doubt"'
+out=$("$IDEM" exec --log "$QL" --policy "$T/policy.json" --session s6 --call c2 \
+  --tool refund_payment --args '{"order_id":"q"}' -- "$HERE/tools/refund_queued.sh")
+expect "queued, died: re-issue not run" 75 "$?"
+has "queued, died: re-issue unknown" "$out" '"status":"outcome_unknown"'
+has "queued, died: re-issue names c1" "$out" '"duplicate_of":"c1"'
+hasnt "queued, died: never safe to call" "$out" 'safe to call'
+expect "queued, died: nothing landed yet" 0 "$(grep -c . "$LEDGER")"
+for _ in $(seq 200); do [ "$(grep -c . "$LEDGER")" -ge 1 ] && break; sleep 0.05; done
+expect "queued, died: the refund landed" 1 "$(grep -c . "$LEDGER")"
+out=$("$IDEM" exec --log "$QL" --policy "$T/policy.json" --session s6 --call c2 \
+  --tool refund_payment --args '{"order_id":"q"}' -- "$HERE/tools/refund_queued.sh")
+expect "queued, died: re-issue answered" 0 "$?"
+has "queued, died: already applied" "$out" '"status":"already_applied"'
+has "queued, died: by c1" "$out" '"duplicate_of":"c1"'
+out=$("$IDEM" recover --log "$QL" --policy "$T/policy.json" --json)
+has "queued, died: nothing left to recover" "$out" '"unknown":0'
+has "queued, died: settled" "$("$IDEM" show --log "$QL" --json s6 c1)" '"state":"succeeded"'
+expect "queued, died: one refund" 1 "$(grep -c . "$LEDGER")"
 
 # --batch: one status process answers a stream of requests (the tools stall
 # 10 s, so that their late results come after the recovery)
