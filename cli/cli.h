@@ -186,6 +186,7 @@ int cmd_mcp(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_recover(int argc, char **argv);
+int cmd_resolve(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 

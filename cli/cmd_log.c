@@ -104,6 +104,8 @@ static int print_json(const idem_record *r, idem_canon *c) {
   put_str(b, "executor", r->executor);
   put_num(b, "pgid", r->pgid);
   put_num(b, "settle_from", r->settle_from);
+  put_str(b, "resolved_by", r->resolved_by);
+  put_num(b, "resolved_at", r->resolved_at);
   w.err |= cli_outbuf_put(&w.b, "}\n", 2);
   if (!w.err) fwrite(w.b.p, 1, w.b.len, stdout);
   cli_outbuf_free(&w.b);
@@ -197,7 +199,9 @@ static int print_text(const idem_record *r) {
        show_when(&b, "expires", r->expires) ||
        show_line(&b, "executor", r->executor, 0) ||
        show_num(&b, "pgid", r->pgid) ||
-       show_when(&b, "settle from", r->settle_from);
+       show_when(&b, "settle from", r->settle_from) ||
+       (r->resolved_by && (show_line(&b, "resolved by", r->resolved_by, 0) ||
+                           show_when(&b, "resolved at", r->resolved_at)));
   if (!rc) fwrite(b.p, 1, b.len, stdout);
   cli_outbuf_free(&b);
   return rc;
@@ -222,6 +226,7 @@ int cmd_ls(int argc, char **argv) {
       {"session", required_argument, NULL, 's'},
       {"state", required_argument, NULL, 'S'},
       {"limit", required_argument, NULL, 'n'},
+      {"in-doubt", no_argument, NULL, 'D'},
       {NULL, 0, NULL, 0}};
   const char *log = NULL;
   idem_filter f = {sizeof f, NULL, 0, 0, 0};
@@ -233,6 +238,7 @@ int cmd_ls(int argc, char **argv) {
     case 'L': log = optarg; break;
     case 'j': x.json = 1; break;
     case 's': f.session = optarg; break;
+    case 'D': f.recoverable = 1; break;
     case 'S':
       if (!(state = state_by_name(optarg)))
         return cli_usage("ls", "no state '%s'", optarg);
@@ -308,6 +314,90 @@ int cmd_show(int argc, char **argv) {
   idem_record_free(r);
   idem_guard_close(g);
   if (rc) return rc;
+  return cli_flush();
+}
+
+/* USER@HOST of whoever runs the command, for --by. */
+static void whoami(char *buf, size_t n) {
+  char host[256] = "localhost";
+  const char *user = getenv("USER");
+  if (!user || !*user) user = getenv("LOGNAME");
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+  host[sizeof host - 1] = '\0';
+  snprintf(buf, n, "%s@%s", user && *user ? user : "uid", host);
+}
+
+int cmd_resolve(int argc, char **argv) {
+  static const struct option opts[] = {
+      LOG_OPTS,
+      {"applied", no_argument, NULL, 'a'},
+      {"not-applied", no_argument, NULL, 'N'},
+      {"result", required_argument, NULL, 'r'},
+      {"reason", required_argument, NULL, 'R'},
+      {"by", required_argument, NULL, 'b'},
+      {NULL, 0, NULL, 0}};
+  const char *log = NULL, *result = NULL, *reason = NULL, *by = NULL;
+  char me[300];
+  idem_guard *g;
+  idem_record *r = NULL;
+  int ch, rc, outcome = 0, json = 0;
+  while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'L': log = optarg; break;
+    case 'j': json = 1; break;
+    case 'a':
+    case 'N':
+      if (outcome)
+        return cli_usage("resolve", "give one of --applied and --not-applied");
+      outcome = ch == 'a' ? IDEM_OUTCOME_APPLIED : IDEM_OUTCOME_NOT_APPLIED;
+      break;
+    case 'r': result = optarg; break;
+    case 'R': reason = optarg; break;
+    case 'b': by = optarg; break;
+    case 'h': cli_print_usage(stdout, "resolve"); return EXIT_OK;
+    default: return bad_opt("resolve", ch, argv);
+    }
+  }
+  if (argc - optind != 2)
+    return cli_usage("resolve", "SESSION and CALL are required");
+  if (!outcome)
+    return cli_usage("resolve", "give the verdict: --applied or --not-applied");
+  if (outcome == IDEM_OUTCOME_NOT_APPLIED && (!reason || !*reason))
+    return cli_usage("resolve", "--not-applied needs --reason TEXT (what the "
+                                "provider said)");
+  if (outcome == IDEM_OUTCOME_NOT_APPLIED && result)
+    return cli_usage("resolve", "--result goes with --applied");
+  if (by && !*by) return cli_usage("resolve", "--by is empty");
+  if (!by) {
+    whoami(me, sizeof me);
+    by = me;
+  }
+  if (!(g = open_log(log))) return EXIT_FAIL;
+  rc = idem_guard_resolve(g, argv[optind], argv[optind + 1], outcome, result,
+                          result ? strlen(result) : 0, reason, by);
+  if (rc == IDEM_INVALID) {
+    cli_err("--result is not JSON text; nothing was changed");
+    idem_guard_close(g);
+    return EXIT_USAGE;
+  }
+  if (rc) {
+    cli_err("%s", idem_guard_errmsg(g));
+    idem_guard_close(g);
+    return EXIT_FAIL;
+  }
+  rc = idem_guard_record(g, argv[optind], argv[optind + 1], &r);
+  if (!rc && json) {
+    idem_canon *c = NULL;
+    if (idem_canon_open(&c) != IDEM_OK || print_json(r, c)) rc = EXIT_FAIL;
+    idem_canon_close(c);
+  } else if (!rc)
+    rc = print_text(r) ? EXIT_FAIL : EXIT_OK;
+  idem_record_free(r);
+  idem_guard_close(g);
+  if (rc) {
+    cli_err("resolved, but the record could not be read back");
+    return EXIT_FAIL;
+  }
   return cli_flush();
 }
 

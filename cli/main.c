@@ -15,7 +15,8 @@ static const struct {
     {"exec", cmd_exec},   {"call", cmd_call},       {"demo", cmd_demo},
     {"mcp", cmd_mcp},     {"__run", cmd_run},       {"ls", cmd_ls},
     {"show", cmd_show},   {"recover", cmd_recover}, {"gc", cmd_gc},
-    {"stats", cmd_stats}, {"bench", cmd_bench},     {NULL, NULL}};
+    {"stats", cmd_stats}, {"bench", cmd_bench},     {"resolve", cmd_resolve},
+    {NULL, NULL}};
 
 /*
 ** The heap of this program.  Each write transaction of the SQLite log makes

@@ -145,12 +145,14 @@ static const cli_help helps[] = {
      "  --max-message N    largest message in bytes (default 4194304)\n"},
     {"__run", NULL, ""},
     {"ls", "list the records of the attempt log",
-     "usage: idem ls [--log URL] [--session S] [--state STATE] [--limit N]\n"
-     "               [--json]\n"
+     "usage: idem ls [--log URL] [--session S] [--state STATE] [--in-doubt]\n"
+     "               [--limit N] [--json]\n"
      "\n"
      "List records, oldest first: a table, or one JSON object per line.\n"
      "STATE is pending, succeeded, failed, not_applied, in_doubt or\n"
-     "deduplicated (repeat --state for several).\n"},
+     "deduplicated (repeat --state for several).  --in-doubt lists what\n"
+     "waits for a verdict (idem recover, or idem resolve): in doubt, or\n"
+     "pending under a holder that is gone.\n"},
     {"show", "show one record of the attempt log",
      "usage: idem show [--log URL] [--json] SESSION CALL\n"
      "\n"
@@ -177,6 +179,21 @@ static const cli_help helps[] = {
      "not_applied\n"
      "                or unknown (for large backlogs)\n"
      "  --workers N   records settled at once (default 8)\n"},
+    {"resolve", "record an operator's verdict on an action in doubt",
+     "usage: idem resolve [--log URL] [--by WHO] SESSION CALL\n"
+     "                    (--applied [--result JSON] | --not-applied "
+     "--reason TEXT)\n"
+     "\n"
+     "After checking with the provider by hand, settle an action in doubt\n"
+     "(idem ls --in-doubt lists them): --applied makes every later call of\n"
+     "it replay the result (a re-issue answers already_applied);\n"
+     "--not-applied lets the next call run it again with its key - say it\n"
+     "only when no attempt of it can land any more.  Recorded with who\n"
+     "(--by, default USER@HOST) and when; idem show prints both.  Refused,\n"
+     "exit 1, for an action that is not in doubt.\n"
+     "\n"
+     "  --result JSON   the action's result, as the tool would have answered\n"
+     "  --reason TEXT   what the provider said (required with --not-applied)\n"},
     {"gc", "delete records past their retention",
      "usage: idem gc [--log URL] [--json]\n"
      "\n"

@@ -370,7 +370,8 @@ enum idem_resolution {
   IDEM_RESOLVED_EXECUTED = 1,   /* the downstream call answered        */
   IDEM_RESOLVED_RECONCILED = 2, /* a status check answered             */
   IDEM_RESOLVED_LATE = 3,       /* a result that came after the deadline */
-  IDEM_RESOLVED_REPLAYED = 4    /* copied from the action it duplicates */
+  IDEM_RESOLVED_REPLAYED = 4,   /* copied from the action it duplicates */
+  IDEM_RESOLVED_OPERATOR = 5    /* an operator's verdict (idem resolve) */
 };
 
 /* Names of states and resolutions ("in_doubt", "late"); "?" otherwise. */
@@ -412,6 +413,10 @@ typedef struct idem_record {
   long long settle_from; /* its deadline, or its executor's death if seen */
                          /* first: settle_ms counts from here            */
   char *turn;            /* the model turn of the call, or NULL           */
+  /* An operator's verdict (idem_guard_resolve): who gave it and when;
+  ** NULL and 0 otherwise.  (Added in 0.4.0.) */
+  char *resolved_by;
+  long long resolved_at;
 } idem_record;
 
 /* Free a record the library made for you.  NULL is a no-op. */
@@ -646,6 +651,25 @@ IDEM_API int idem_guard_late(idem_guard *g, const char *session,
                              const char *call_id, long long token, int outcome,
                              const char *result, size_t result_len,
                              const char *error, int ended);
+
+/* An operator's verdict on an action in doubt (SPEC §9, `idem resolve`),
+** given after checking with the provider by hand: IDEM_OUTCOME_APPLIED,
+** with the result as JSON text (or NULL), makes every later call of the
+** action replay it, and a re-issue of it answer already_applied;
+** IDEM_OUTCOME_NOT_APPLIED, with a reason (required: what the provider
+** said), lets the next call run it again with its key.  It is recorded
+** with who (by; NULL: the guard's owner id) and when (the log's clock),
+** resolution "operator", durably.  Only an action in doubt, or pending
+** under a holder that is gone, can be resolved: any other gets
+** IDEM_STALE and its state in idem_guard_errmsg() (someone settled it
+** meanwhile, say); IDEM_NOTFOUND when there is no such action,
+** IDEM_INVALID when result is not JSON.  Say "not applied" only when no
+** attempt of it can land any more (the provider cancelled or refused it):
+** the guard takes the verdict as given. */
+IDEM_API int idem_guard_resolve(idem_guard *g, const char *session,
+                                const char *call_id, int outcome,
+                                const char *result, size_t result_len,
+                                const char *reason, const char *by);
 
 /* ---------------------------------------------------------------------------
 ** Reading and keeping the log (what `idem ls`, `show`, `stats`, `gc` and

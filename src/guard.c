@@ -1330,6 +1330,95 @@ done:
   return rc;
 }
 
+/* What an operator's verdict may settle: an action in doubt, or pending
+** under a holder that is gone (the recoverable ones, recoverable()). */
+static int recoverable(const idem_record *r, long long now);
+
+int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
+                       int outcome, const char *result, size_t result_len,
+                       const char *reason, const char *by) {
+  idem__change ch;
+  idem_record *r = NULL, *now_rec = NULL;
+  idem_canon *c = NULL;
+  const char *out;
+  char *res = NULL;
+  size_t olen;
+  long long now = 0;
+  int rc;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
+      (outcome != IDEM_OUTCOME_APPLIED && outcome != IDEM_OUTCOME_NOT_APPLIED) ||
+      (!result && result_len))
+    return IDEM_MISUSE;
+  if (outcome == IDEM_OUTCOME_NOT_APPLIED && (!reason || !*reason))
+    return gfail(g, IDEM_MISUSE,
+                 "a verdict of not applied needs a reason (what the provider "
+                 "said)");
+  if (!by || !*by) by = g->owner;
+  if (result) {
+    if (idem_canon_open(&c) != IDEM_OK)
+      return gfail(g, IDEM_NOMEM, "out of memory");
+    rc = idem_canon_json(c, result, result_len, &out, &olen);
+    if (rc == IDEM_OK && !(res = idem__strndup(out, olen))) rc = IDEM_NOMEM;
+    idem_canon_close(c);
+    if (rc == IDEM_NOMEM) return gfail(g, rc, "out of memory");
+    if (rc) return gfail(g, IDEM_INVALID, "the result is not JSON text");
+  }
+  rc = g->st->vt->get(g->st, session, call_id, &r);
+  if (rc == IDEM_OK) rc = g->st->vt->now(g->st, &now);
+  if (rc) {
+    idem__free(res);
+    idem_record_free(r);
+    return rc == IDEM_NOTFOUND
+               ? gfail(g, rc, "no action of call %s in session %s", call_id,
+                       session)
+               : store_fail(g, rc);
+  }
+  if (!recoverable(r, now)) {
+    rc = gfail(g, IDEM_STALE,
+               "the %s action of call %s is not in doubt: it is %s%s%s%s; "
+               "nothing was changed",
+               r->tool, call_id, idem_state_name(r->state),
+               r->resolved_by ? " (resolved by " : "",
+               r->resolved_by ? r->resolved_by : "",
+               r->resolved_by ? ")" : "");
+    idem__free(res);
+    idem_record_free(r);
+    return rc;
+  }
+  memset(&ch, 0, sizeof ch);
+  ch.session = session;
+  ch.call_id = call_id;
+  ch.delivered = -1;
+  ch.from = BIT(r->state);
+  ch.expect_token = r->token;
+  if (r->state == IDEM_STATE_PENDING) ch.expect_owner = r->owner;
+  ch.state = outcome == IDEM_OUTCOME_APPLIED ? IDEM_STATE_SUCCEEDED
+                                             : IDEM_STATE_NOT_APPLIED;
+  ch.result = res;
+  ch.error = reason;
+  ch.resolution = IDEM_RESOLVED_OPERATOR;
+  ch.exec_set = IDEM__EXEC_CLEAR; /* a verdict: nothing of it can land */
+  ch.resolved_by = by;
+  ch.durable = 1;
+  rc = g->st->vt->change(g->st, &ch, &now_rec);
+  idem__free(res);
+  idem_record_free(r);
+  if (rc == IDEM_STALE) {
+    /* someone settled it between our read and our write */
+    rc = gfail(g, IDEM_STALE,
+               "the action of call %s changed meanwhile: it is %s now%s%s%s; "
+               "nothing was changed",
+               call_id, now_rec ? idem_state_name(now_rec->state) : "gone",
+               now_rec && now_rec->resolved_by ? " (resolved by " : "",
+               now_rec && now_rec->resolved_by ? now_rec->resolved_by : "",
+               now_rec && now_rec->resolved_by ? ")" : "");
+    idem_record_free(now_rec);
+    return rc;
+  }
+  idem_record_free(now_rec);
+  return rc ? store_fail(g, rc) : IDEM_OK;
+}
+
 int idem_guard_settle(idem_guard *g, const char *session, const char *call_id,
                       long long token, int outcome, const char *result,
                       size_t result_len) {

@@ -263,6 +263,9 @@ typedef struct idem__change {
   ** a lease handed on meanwhile (a runner giving it back to its front end
   ** before it exits) keeps the token, so the token alone cannot tell. */
   const char *expect_owner;
+  /* Non-NULL: an operator's verdict (SPEC §9), given by this person; the
+  ** store records when (its own clock).  Refused on a terminal record. */
+  const char *resolved_by;
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };

@@ -29,6 +29,7 @@ const char *idem_resolution_name(int resolution) {
   case IDEM_RESOLVED_RECONCILED: return "reconciled";
   case IDEM_RESOLVED_LATE: return "late";
   case IDEM_RESOLVED_REPLAYED: return "replayed";
+  case IDEM_RESOLVED_OPERATOR: return "operator";
   default: return "?";
   }
 }
@@ -48,6 +49,7 @@ void idem_record_free(idem_record *r) {
   idem__free(r->duplicate_of);
   idem__free(r->executor);
   idem__free(r->turn);
+  idem__free(r->resolved_by);
   idem__free(r);
 }
 
@@ -67,7 +69,8 @@ idem_record *idem__record_dup(const idem_record *r) {
       dup_str(&d->fence_key, r->fence_key) & dup_str(&d->owner, r->owner) &
       dup_str(&d->result, r->result) & dup_str(&d->error, r->error) &
       dup_str(&d->duplicate_of, r->duplicate_of) &
-      dup_str(&d->executor, r->executor) & dup_str(&d->turn, r->turn))
+      dup_str(&d->executor, r->executor) & dup_str(&d->turn, r->turn) &
+      dup_str(&d->resolved_by, r->resolved_by))
     return d;
   idem_record_free(d);
   return NULL;

@@ -1038,6 +1038,60 @@ static void test_own_check(void) {
   idem_policy_free(p);
 }
 
+/* idem_guard_resolve: an operator's verdict, on an action in doubt only. */
+static void test_resolve_api(void) {
+  idem_policy *p = late_policy(3000, 0, 0, -1, 1);
+  idem_guard *g = open_guard(p);
+  idem_record *r = NULL;
+  char *e;
+  provider_reset(MODE_LOST, 0);
+  e = call(g, "rv", "c1", "refund_payment", ARGS, 1, "outcome_unknown");
+  free(e);
+  CHECK_INT(idem_guard_resolve(NULL, "rv", "c1", IDEM_OUTCOME_APPLIED, NULL, 0,
+                               NULL, NULL),
+            IDEM_MISUSE);
+  CHECK_INT(idem_guard_resolve(g, "rv", "c1", IDEM_OUTCOME_UNKNOWN, NULL, 0,
+                               NULL, NULL),
+            IDEM_MISUSE);
+  CHECK_INT(idem_guard_resolve(g, "rv", "c1", IDEM_OUTCOME_NOT_APPLIED, NULL,
+                               0, NULL, NULL),
+            IDEM_MISUSE); /* no reason */
+  CHECK_INT(idem_guard_resolve(g, "rv", "c1", IDEM_OUTCOME_APPLIED, "{x", 2,
+                               NULL, NULL),
+            IDEM_INVALID);
+  CHECK_INT(idem_guard_resolve(g, "rv", "nope", IDEM_OUTCOME_APPLIED, NULL, 0,
+                               NULL, NULL),
+            IDEM_NOTFOUND);
+  CHECK_INT(idem_guard_resolve(g, "rv", "c1", IDEM_OUTCOME_APPLIED,
+                               "{\"refund_id\": \"re_x\"}", 21, NULL, "bob"),
+            IDEM_OK);
+  if (idem_guard_record(g, "rv", "c1", &r) == IDEM_OK && r) {
+    CHECK_INT(r->state, IDEM_STATE_SUCCEEDED);
+    CHECK_INT(r->resolution, IDEM_RESOLVED_OPERATOR);
+    CHECK_STR(r->resolved_by, "bob");
+    CHECK(r->resolved_at > 0);
+    CHECK_STR(r->result, "{\"refund_id\":\"re_x\"}"); /* canonical */
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_guard_resolve(g, "rv", "c1", IDEM_OUTCOME_APPLIED, NULL, 0,
+                               NULL, NULL),
+            IDEM_STALE);
+  CHECK(strstr(idem_guard_errmsg(g), "not in doubt") != NULL);
+  CHECK_STR(idem_resolution_name(IDEM_RESOLVED_OPERATOR), "operator");
+  /* a re-issue (the model was not told yet), and the replay: the
+  ** verdict, nothing runs */
+  next_turn();
+  e = call(g, "rv", "c2", "refund_payment", ARGS, 1, "already_applied");
+  HAS(e, "re_x");
+  free(e);
+  e = call(g, "rv", "c1", "refund_payment", ARGS, 1, "succeeded");
+  HAS(e, "re_x");
+  free(e);
+  CHECK_INT(calls(), 1);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 static idem_step *timed_out(idem_guard *g, idem_call *c, int ended) {
   idem_step *s = NULL;
   CHECK_INT(idem_guard_begin(g, c, &s), IDEM_OK);
@@ -1488,6 +1542,7 @@ int main(int argc, char **argv) {
   test_two_phase_inflight();
   test_ended_not_finished();
   test_own_check();
+  test_resolve_api();
   test_late_word_of_an_older_attempt();
   test_recover_inflight();
   test_fence_inflight();

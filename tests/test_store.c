@@ -986,6 +986,16 @@ static void conf_exec(const char *url) {
   }
   idem_record_free(got);
   got = NULL;
+  /* an operator's verdict: who, and when by the store's clock */
+  ch = change_init("cx", "x1", BIT(IDEM_STATE_IN_DOUBT));
+  ch.resolved_by = "alice@ops";
+  CHECK_INT(st->vt->change(st, &ch, &now_rec), IDEM_OK);
+  if (now_rec) {
+    CHECK_STR(now_rec->resolved_by, "alice@ops");
+    CHECK(now_rec->resolved_at >= now - 60000);
+  }
+  idem_record_free(now_rec);
+  now_rec = NULL;
   /* EXEC_ENDED on a record with no settle_from sets it */
   ch = change_init("cx", "x1", BIT(IDEM_STATE_IN_DOUBT));
   ch.exec_set = IDEM__EXEC_ENDED;
@@ -1020,6 +1030,9 @@ static void conf_exec(const char *url) {
   CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
   ch = change_init("cx", "x1", BIT(IDEM_STATE_SUCCEEDED));
   ch.settle_cap = now + 1;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  ch = change_init("cx", "x1", BIT(IDEM_STATE_SUCCEEDED));
+  ch.resolved_by = "mallory@ops"; /* no verdict on a settled record */
   CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
   ch = change_init("cx", "x1", BIT(IDEM_STATE_SUCCEEDED));
   ch.take_lease = IDEM__LEASE_HAND;
@@ -1694,6 +1707,8 @@ static void check_migrated(idem__store *st) {
     CHECK_INT(got->state, IDEM_STATE_SUCCEEDED);
     CHECK(got->executor == NULL);
     CHECK_INT(got->settle_from, 0);
+    CHECK(got->resolved_by == NULL); /* version 4: no operator's verdict */
+    CHECK_INT(got->resolved_at, 0);
     CHECK_INT(got->pgid, 0);
     CHECK_STR(got->result, "{\"ok\":true}");
     CHECK_STR(got->owner, "host:55:66");
@@ -1742,7 +1757,7 @@ static void test_migrate_v1(void) {
   CHECK_INT(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL),
             SQLITE_OK);
   CHECK_INT(sqlite3_step(q), SQLITE_ROW);
-  CHECK_INT(sqlite3_column_int(q, 0), 3);
+  CHECK_INT(sqlite3_column_int(q, 0), 4);
   sqlite3_finalize(q);
   sqlite3_close(db);
   /* opened again: nothing to migrate, the records as they were */
@@ -2317,7 +2332,7 @@ static void test_pg_migrate_v1(void) {
   CHECK_STR(pg_value(v, sizeof v,
                      "SELECT value FROM v1mig.idem_meta"
                      " WHERE key = 'schema_version'"),
-            "3");
+            "4");
 }
 
 typedef struct opener {
@@ -2385,7 +2400,7 @@ static void test_pg_schema(void) {
     CHECK_STR(pg_value(v, sizeof v,
                        "SELECT value FROM fresh.idem_meta"
                        " WHERE key = 'schema_version'"),
-              "3");
+              "4");
   }
 }
 

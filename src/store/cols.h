@@ -2,15 +2,18 @@
 ** cols.h - the columns of an attempt-log record, as both stores name and
 ** number them (store/sqlite.c, store/pg.c): COLS lists them in the order
 ** of the C_* indexes, which is the order of idem_record's fields.
+** COLS_WRITTEN are the ones an insert writes; the ones after them only a
+** change sets (an operator's verdict).
 */
 #ifndef IDEM_STORE_COLS_H
 #define IDEM_STORE_COLS_H
 
-#define COLS                                                                   \
+#define COLS_WRITTEN                                                           \
   "session, call_id, tool, fingerprint, key, args, fence_key, cls, state, "    \
   "attempts, owner, lease_until, token, result, error, created, updated, "     \
   "expires, resolution, delivered, duplicate_of, executor, pgid, settle_from, " \
   "turn"
+#define COLS COLS_WRITTEN ", resolved_by, resolved_at"
 
 enum {
   C_SESSION,
@@ -38,6 +41,8 @@ enum {
   C_PGID,
   C_SETTLE_FROM,
   C_TURN,
+  C_RESOLVED_BY,
+  C_RESOLVED_AT,
   N_COLS
 };
 

@@ -120,7 +120,7 @@ const char *idem__record_missing(const idem_record *rec) {
 
 int idem__change_in_range(const idem__change *ch) {
   return ch->state >= 0 && ch->state <= IDEM_STATE_DEDUPLICATED &&
-         ch->resolution >= 0 && ch->resolution <= IDEM_RESOLVED_REPLAYED &&
+         ch->resolution >= 0 && ch->resolution <= IDEM_RESOLVED_OPERATOR &&
          ch->take_lease >= 0 && ch->take_lease <= IDEM__LEASE_HAND &&
          ch->exec_set >= 0 && ch->exec_set <= IDEM__EXEC_ENDED;
 }

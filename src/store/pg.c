@@ -259,6 +259,9 @@ static const char *const migrations[] = {
     " WHERE state IN (1, 5);",
     /* 3: the model turn that issued the call (SPEC §6.4) */
     "ALTER TABLE idem_attempts ADD COLUMN turn text;",
+    /* 4: an operator's verdict, who and when (SPEC §9) */
+    "ALTER TABLE idem_attempts ADD COLUMN resolved_by text,"
+    " ADD COLUMN resolved_at bigint NOT NULL DEFAULT 0;",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
@@ -328,7 +331,7 @@ static const char *const stmt_sql[N_STMTS] = {
     "     ELSE t.now END - $28::bigint))))"
     "  AND NOT EXISTS (SELECT 1 FROM found)"
     "  ORDER BY created DESC, session DESC, call_id DESC LIMIT 1),"
-    " ins AS (INSERT INTO idem_attempts (" COLS ", nonce)"
+    " ins AS (INSERT INTO idem_attempts (" COLS_WRITTEN ", nonce)"
     "  SELECT " REC_PARAMS " FROM t WHERE NOT EXISTS (SELECT 1 FROM found)"
     "  AND NOT EXISTS (SELECT 1 FROM fence)"
     "  ON CONFLICT (session, call_id) DO NOTHING RETURNING 1 AS what, " COLS ")"
@@ -336,7 +339,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " UNION ALL SELECT * FROM fence",
     /* insert as it is (a deduplicated record) */
     "WITH t AS (SELECT " NOW_MS " AS now), " FOUND_CTE ","
-    " ins AS (INSERT INTO idem_attempts (" COLS ", nonce)"
+    " ins AS (INSERT INTO idem_attempts (" COLS_WRITTEN ", nonce)"
     "  SELECT " REC_PARAMS " FROM t WHERE NOT EXISTS (SELECT 1 FROM found)"
     "  AND $25::bigint = 0 AND $28::bigint = 0"
     "  ON CONFLICT (session, call_id) DO NOTHING RETURNING 1 AS what, " COLS ")"
@@ -349,7 +352,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** 0, $13 delivered or -1, $14 the nonce, $15 the executor (1 set $16
     ** $17 $18, 2 clear, 3 ended without a verdict at $18), $19 a
     ** settle_from to lower to, or 0, $20 duplicate_of or NULL, $21 the
-    ** owner the row must still have or NULL.  The terminal clause is the
+    ** owner the row must still have or NULL, $22 who gave an operator's
+    ** verdict or NULL (resolved_at: now).  The terminal clause is the
     ** SQLite store's. */
     "UPDATE idem_attempts SET"
     " state = CASE WHEN $5::integer > 0 THEN $5::integer ELSE state END,"
@@ -376,6 +380,9 @@ static const char *const stmt_sql[N_STMTS] = {
     "  ELSE delivered END,"
     " updated = " NOW_MS ","
     " duplicate_of = coalesce($20::text, duplicate_of),"
+    " resolved_by = coalesce($22::text, resolved_by),"
+    " resolved_at = CASE WHEN $22::text IS NULL THEN resolved_at"
+    "  ELSE " NOW_MS " END,"
     " nonce = $14::bigint"
     " WHERE session = $1::text AND call_id = $2::text"
     " AND (($3::bigint >> state) & 1) = 1"
@@ -384,7 +391,8 @@ static const char *const stmt_sql[N_STMTS] = {
     " AND (state NOT IN (2, 3, 6) OR ($7::integer = 0 AND $6::integer = 0"
     "  AND $10::text IS NULL AND $11::text IS NULL"
     "  AND $5::integer IN (0, state) AND $12::integer IN (0, resolution)"
-    "  AND $15::integer = 0 AND $19::bigint <= 0 AND $20::text IS NULL))"
+    "  AND $15::integer = 0 AND $19::bigint <= 0 AND $20::text IS NULL"
+    "  AND $22::text IS NULL))"
     " RETURNING nonce, " COLS,
     "DELETE FROM idem_attempts WHERE state IN (2, 3, 4, 6)"
     " AND expires > 0 AND expires < $1::bigint",
@@ -619,6 +627,7 @@ static idem_record *row_record(const PGresult *r, int row, int at) {
   rec->delivered = col_ll(r, row, at + C_DELIVERED);
   rec->pgid = col_ll(r, row, at + C_PGID);
   rec->settle_from = col_ll(r, row, at + C_SETTLE_FROM);
+  rec->resolved_at = col_ll(r, row, at + C_RESOLVED_AT);
   if (col_str(r, row, at + C_SESSION, &rec->session) &
       col_str(r, row, at + C_CALL_ID, &rec->call_id) &
       col_str(r, row, at + C_TOOL, &rec->tool) &
@@ -631,7 +640,8 @@ static idem_record *row_record(const PGresult *r, int row, int at) {
       col_str(r, row, at + C_ERROR, &rec->error) &
       col_str(r, row, at + C_DUPLICATE_OF, &rec->duplicate_of) &
       col_str(r, row, at + C_EXECUTOR, &rec->executor) &
-      col_str(r, row, at + C_TURN, &rec->turn))
+      col_str(r, row, at + C_TURN, &rec->turn) &
+      col_str(r, row, at + C_RESOLVED_BY, &rec->resolved_by))
     return rec;
   idem_record_free(rec);
   return NULL;
@@ -1499,6 +1509,7 @@ static void change_params(params *p, const idem__change *ch,
   p_int(p, 19, ch->settle_cap);
   p_str(p, 20, ch->duplicate_of);
   p_str(p, 21, ch->expect_owner);
+  p_str(p, 22, ch->resolved_by);
 }
 
 /* The change did not apply: why, with the record as it is now - or it did,

@@ -44,7 +44,9 @@
 ** attempt that may still be running (SPEC §6a; a pending or in-doubt
 ** record of version 1 gets its owner as executor and its updated time as
 ** settle_from).  Version 3 adds turn TEXT: the model turn that issued the
-** call (SPEC §6.4), NULL when the harness named none.
+** call (SPEC §6.4), NULL when the harness named none.  Version 4 adds
+** resolved_by TEXT, resolved_at INTEGER: who gave an operator's verdict
+** (SPEC §9 idem resolve) and when.
 **
 ** Columns hold exactly the fields of idem_record (times in ms since the
 ** epoch).  expires = 0 means "keep forever": gc never deletes such a record.
@@ -236,6 +238,9 @@ static const char *const migrations[] = {
     " WHERE state IN (1, 5);",
     /* 3: the model turn that issued the call (SPEC §6.4) */
     "ALTER TABLE attempts ADD COLUMN turn TEXT;",
+    /* 4: an operator's verdict, who and when (SPEC §9) */
+    "ALTER TABLE attempts ADD COLUMN resolved_by TEXT;"
+    "ALTER TABLE attempts ADD COLUMN resolved_at INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
@@ -295,7 +300,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " OR delivered > ?5 OR created >= ?4 OR turn = ?6"
     " OR (?6 IS NULL AND created >= ?7))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
-    "INSERT INTO attempts (" COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
+    "INSERT INTO attempts (" COLS_WRITTEN ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
     " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,"
     " ?23, ?24, ?25)",
     /* A change (idem__change): ?3 state mask, ?4 token or -1, ?5 state or
@@ -304,7 +309,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (1 set ?16 ?17
     ** ?18, 2 clear, 3 ended without a verdict at ?18), ?19 a settle_from
     ** to lower to, or 0, ?20 duplicate_of or NULL, ?21 the owner the
-    ** record must still have or NULL.  The last condition keeps terminal
+    ** record must still have or NULL, ?22 who gave an operator's verdict
+    ** or NULL (resolved_at is then now).  The last condition keeps terminal
     ** outcomes.  The record as it is then is read back by S_GET in the
     ** same transaction: RETURNING would hold its rows in an ephemeral
     ** table, a B-tree with its own pager and page cache made and torn down
@@ -324,6 +330,8 @@ static const char *const stmt_sql[N_STMTS] = {
     "  ELSE CASE WHEN ?19 > 0 AND executor IS NOT NULL AND ?19 < settle_from"
     "   THEN ?19 ELSE settle_from END END,"
     " duplicate_of = coalesce(?20, duplicate_of),"
+    " resolved_by = coalesce(?22, resolved_by),"
+    " resolved_at = CASE WHEN ?22 IS NULL THEN resolved_at ELSE ?14 END,"
     " result = coalesce(?10, result),"
     " error = coalesce(?11, error),"
     " resolution = CASE WHEN ?12 > 0 THEN ?12 ELSE resolution END,"
@@ -333,7 +341,8 @@ static const char *const stmt_sql[N_STMTS] = {
     " AND (?4 < 0 OR token = ?4) AND (?21 IS NULL OR owner = ?21)"
     " AND (NOT ((" TERMINAL_BITS_SQL " >> state) & 1) OR (?7 = 0 AND ?6 = 0"
     "  AND ?10 IS NULL AND ?11 IS NULL AND ?5 IN (0, state)"
-    "  AND ?12 IN (0, resolution) AND ?15 = 0 AND ?19 <= 0 AND ?20 IS NULL))",
+    "  AND ?12 IN (0, resolution) AND ?15 = 0 AND ?19 <= 0 AND ?20 IS NULL"
+    "  AND ?22 IS NULL))",
     "DELETE FROM attempts WHERE state IN " GC_SQL
     " AND expires > 0 AND expires < ?1",
     "SELECT state, count(*) FROM attempts GROUP BY state",
@@ -575,6 +584,7 @@ static idem_record *row_record(sqlite3_stmt *st) {
   r->delivered = sqlite3_column_int64(st, C_DELIVERED);
   r->pgid = sqlite3_column_int64(st, C_PGID);
   r->settle_from = sqlite3_column_int64(st, C_SETTLE_FROM);
+  r->resolved_at = sqlite3_column_int64(st, C_RESOLVED_AT);
   if (col_str(st, C_SESSION, &r->session) &
       col_str(st, C_CALL_ID, &r->call_id) & col_str(st, C_TOOL, &r->tool) &
       col_str(st, C_FINGERPRINT, &r->fingerprint) &
@@ -583,7 +593,8 @@ static idem_record *row_record(sqlite3_stmt *st) {
       col_str(st, C_OWNER, &r->owner) & col_str(st, C_RESULT, &r->result) &
       col_str(st, C_ERROR, &r->error) &
       col_str(st, C_DUPLICATE_OF, &r->duplicate_of) &
-      col_str(st, C_EXECUTOR, &r->executor) & col_str(st, C_TURN, &r->turn))
+      col_str(st, C_EXECUTOR, &r->executor) & col_str(st, C_TURN, &r->turn) &
+      col_str(st, C_RESOLVED_BY, &r->resolved_by))
     return r;
   idem_record_free(r);
   return NULL;
@@ -844,6 +855,7 @@ static void w_change(sq_store *s, wreq *r) {
   sqlite3_bind_int64(st, 19, ch->settle_cap);
   bind_str(st, 20, ch->duplicate_of);
   bind_str(st, 21, ch->expect_owner);
+  bind_str(st, 22, ch->resolved_by);
   rc = sqlite3_step(st);
   changed = rc == SQLITE_DONE && sqlite3_changes(s->w.db) > 0;
   sqlite3_reset(st);

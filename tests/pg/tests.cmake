@@ -18,3 +18,6 @@ add_test(NAME guard_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_serve
 add_test(NAME turns_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   sh -c "\"$0\" \"$IDEM_PG_URL\" threads 100 && \"$0\" \"$IDEM_PG_URL\" procs 20"
   $<TARGET_FILE:turn_race>)
+add_test(NAME resolve_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  sh -c "exec ${BASH} \"$0\" \"$1\" \"$IDEM_PG_URL\""
+  ${CMAKE_CURRENT_SOURCE_DIR}/resolve_test.sh $<TARGET_FILE:idem>)
