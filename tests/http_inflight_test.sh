@@ -6,6 +6,9 @@
 # status check that says "not applied" during the hold must not let the
 # refund be sent again: every case counts the refunds in the provider's
 # ledger (GET /_ledger) and the POSTs it received per key (its log).
+# And an exchange that ENDED without a verdict (issue 26): in mode
+# `queued` a proxy answers 504 at once and the provider applies the refund
+# from its queue a second later - "not applied" then means "not yet" too.
 #
 #   bash tests/http_inflight_test.sh IDEM PAYSIM
 #
@@ -47,6 +50,19 @@ late() {
     -d "{\"mode\":\"late\",\"count\":1,\"stall_ms\":${2:-$HOLD},\"dedupe\":$1}" \
     "$PAYSIM_URL/_mode" | grep -q 200 || bad "cannot set mode late"
 }
+# queued HOLD_MS: the next refund is answered 504 at once (a proxy gave up
+# on the provider) and applied HOLD_MS later from the provider's queue
+queued() {
+  curl -s -o /dev/null -w '%{http_code}' \
+    -d "{\"mode\":\"queued\",\"count\":1,\"stall_ms\":$1,\"dedupe\":false}" \
+    "$PAYSIM_URL/_mode" | grep -q 200 || bad "cannot set mode queued"
+}
+# fail_once: the next refund is answered 503 and never applied
+fail_once() {
+  curl -s -o /dev/null -w '%{http_code}' \
+    -d '{"mode":"fail","count":1,"dedupe":false}' \
+    "$PAYSIM_URL/_mode" | grep -q 200 || bad "cannot set mode fail"
+}
 now_ms() { date +%s%3N; }
 # refunds of ORDER in the provider's ledger, as the provider tells it
 refunds() {
@@ -84,7 +100,9 @@ sim_start
 # refund_key / refund_order: no dedupe, a status check by key / by order;
 # refund_dd: the provider dedupes (its policy says so); refund_blind: no
 # status check; refund_settle*: settle_ms; refund_slow: a deadline long
-# enough to kill idem call while its request is held.
+# enough to kill idem call while its request is held; refund_q /
+# refund_q_settle: issue 26, no dedupe, a status check by key, without and
+# with settle_ms.
 cat >"$T/policy.json" <<'P'
 {"tools": {
   "refund_key": {"class": "guarded", "timeout_ms": 500, "retries": 2,
@@ -117,6 +135,14 @@ cat >"$T/policy.json" <<'P'
     "backoff_ms": 50, "provider_dedupes": true, "fence": ["order_id"],
     "http": {"url": "{$env:PAYSIM_URL}/v1/refunds"},
     "status": {"tool": "by_order", "arguments": {"order_id": "{order_id}"}}},
+  "refund_q": {"class": "guarded", "timeout_ms": 2000, "retries": 2,
+    "backoff_ms": 50, "fence": ["order_id"],
+    "http": {"url": "{$env:PAYSIM_URL}/v1/refunds"},
+    "status": {"tool": "by_key"}},
+  "refund_q_settle": {"class": "guarded", "timeout_ms": 2000, "retries": 2,
+    "backoff_ms": 50, "fence": ["order_id"], "settle_ms": 500,
+    "http": {"url": "{$env:PAYSIM_URL}/v1/refunds"},
+    "status": {"tool": "by_key"}},
   "by_key": {"class": "read_only", "timeout_ms": 2000,
     "http": {"url": "{$env:PAYSIM_URL}/v1/refunds?idempotency_key={$key}"}},
   "by_order": {"class": "read_only", "timeout_ms": 2000,
@@ -328,6 +354,63 @@ has "b kill re-issue after: already_applied" "$OUT" '"status":"already_applied"'
 call refund_slow_dd kb1 okb
 has "b kill after: succeeded" "$OUT" '"status":"succeeded"'
 expect "b kill ledger" 1 "$(refunds okb)"
+
+# -- (q) issue 26: a proxy in front of the provider answers 504 at once, and
+# the provider applies the refund from its queue a second later.  The 504
+# ENDED the exchange, but it is no verdict (SPEC §6a): the status check's
+# "not applied" means "not yet" - never failed, never "safe to call
+# again", nothing sent again; the model's re-issue at once is fenced, and
+# the one 1.6 s after the first call is already_applied.  One refund.
+queued 1000
+t0=$(now_ms)
+call refund_q q1 oq
+unknown "q first"
+has "q first: the proxy's 504" "$ERR" 'attempt 1: outcome unknown - HTTP 504 (unknown)'
+has "q first: checked by key" "$ERR" 'status check by_key'
+has "q first: not applied yet" "$ERR" ': not applied'
+hasnt "q first: never sent again" "$ERR" 'attempt 2'
+hasnt "q first: never failed" "$OUT" '"status":"failed"'
+has "q first: check_with" "$OUT" '"check_with"'
+has "q first: in doubt" "$(record q1)" '"state":"in_doubt"'
+call refund_q q2 oq # the model's re-issue at once
+unknown "q re-issue at once"
+has "q re-issue at once: names the first" "$OUT" '"duplicate_of":"q1"'
+hasnt "q re-issue at once: nothing sent" "$ERR" 'POST'
+expect "q queued: nothing applied yet" 0 "$(refunds oq)"
+[ $(($(now_ms) - t0)) -lt 1000 ] && ok ||
+  bad "q: too slow, the refund left the queue before the checks (test premise)"
+while [ $(($(now_ms) - t0)) -lt 1600 ]; do sleep 0.05; done
+call refund_q q3 oq # and again, 1.6 s after the first
+expect "q re-issue 1.6 s later: exit" 0 "$RC"
+has "q re-issue 1.6 s later: already_applied" "$OUT" '"status":"already_applied"'
+has "q re-issue 1.6 s later: names the first" "$OUT" '"duplicate_of":"q1"'
+hasnt "q re-issue 1.6 s later: nothing sent" "$ERR" 'POST'
+call refund_q q1 oq
+has "q after: succeeded" "$OUT" '"status":"succeeded"'
+hasnt "q after: nothing sent" "$ERR" 'POST'
+expect "q ledger" 1 "$(refunds oq)"
+
+# (q) with settle_ms 500, and a provider that never applies (a 503 it does
+# not document): within settle_ms the re-issue is fenced; once it has
+# passed, "not applied" is the whole truth, and the re-issue runs, once
+fail_once
+t0=$(now_ms)
+call refund_q_settle qs1 oqs
+unknown "q settle first"
+has "q settle first: the 503" "$ERR" 'HTTP 503 (unknown)'
+hasnt "q settle first: never sent again" "$ERR" 'attempt 2'
+call refund_q_settle qs2 oqs
+unknown "q settle re-issue at once"
+has "q settle re-issue at once: names the first" "$OUT" '"duplicate_of":"qs1"'
+hasnt "q settle re-issue at once: nothing sent" "$ERR" 'POST'
+[ $(($(now_ms) - t0)) -lt 500 ] && ok ||
+  bad "q settle: too slow to re-issue within settle_ms (test premise)"
+sleep 0.7
+call refund_q_settle qs3 oqs
+expect "q settle re-issue after settle_ms: exit" 0 "$RC"
+has "q settle re-issue after settle_ms: runs" "$OUT" '"status":"succeeded"'
+has "q settle re-issue after settle_ms: sent once" "$ERR" 'attempt 1: applied'
+expect "q settle ledger" 1 "$(refunds oqs)"
 
 # no key was applied twice, anywhere
 expect "no key applied twice" "" "$(python3 -c '

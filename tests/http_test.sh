@@ -129,7 +129,9 @@ has "reset unknown" "$ERR" 'after the request was sent'
 has "reset succeeded" "$OUT" '"status":"succeeded"'
 expect "reset ledger" 1 "$(count o7)"
 
-# -- 503 before applying: unknown by default, retried with the same key
+# -- 503 before applying: unknown by default (it ended the exchange but is no
+# verdict, SPEC §6a); retried with the same key only because the provider
+# dedupes on it (provider_dedupes); without, see http_inflight_test.sh (q)
 mode fail
 call "$P" c8 "$(refund o8)"
 has "503" "$ERR" 'HTTP 503 (unknown)'
