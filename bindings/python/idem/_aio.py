@@ -171,8 +171,11 @@ class _Drive:
 
     def begin(self) -> Step_:
         t = self.tool
+        # a status function given in code is a status check, whatever the
+        # policy names
         self.step = t.guard.begin(self.session, self.call_id, t.name,
-                                  self.args, self.turn)
+                                  self.args, self.turn,
+                                  own_check=t.status is not None)
         return self.advance()
 
     def advance(self) -> Step_:
@@ -276,7 +279,10 @@ class _Drive:
         outcome, result, error = v
         step = self.step
         if ended:
-            step.attempt_ended()  # it returned: nothing of it can land later
+            # it returned or raised: nothing of it runs any more; without
+            # a verdict (UNKNOWN) it may still land until settle_ms has
+            # passed (SPEC 6a)
+            step.attempt_ended()
         step.finish(outcome, None, error.decode("utf-8", "replace")
                     if error else None, result.decode() if result else None)
 

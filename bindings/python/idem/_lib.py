@@ -105,10 +105,12 @@ class _Sized(ctypes.Structure):
 
 
 class Call(_Sized):
+    # own_check (0.4.0): the caller runs a status check of its own.  A
+    # library of 0.3.0 reads the fields within its own size and ignores it.
     _fields_ = [("size", c_size_t), ("session", c_char_p),
                 ("call_id", c_char_p), ("tool", c_char_p),
                 ("args", c_char_p), ("args_len", c_size_t),
-                ("turn", c_char_p)]
+                ("turn", c_char_p), ("own_check", c_int)]
 
 
 class KeySpec(_Sized):

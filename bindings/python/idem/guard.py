@@ -60,7 +60,8 @@ STATES: Dict[int, str] = {
     1: "pending", 2: "succeeded", 3: "failed", 4: "not_applied",
     5: "in_doubt", 6: "deduplicated"}
 RESOLUTIONS: Dict[int, Optional[str]] = {
-    0: None, 1: "executed", 2: "reconciled", 3: "late", 4: "replayed"}
+    0: None, 1: "executed", 2: "reconciled", 3: "late", 4: "replayed",
+    5: "operator"}
 
 # the outcomes and status codes the binding hands to C or reads from it
 _APPLIED = int(Outcome.APPLIED)
@@ -80,7 +81,9 @@ _free = L.free_fast
 _loads = json.loads
 _tls = threading.local()
 _c_char_p = ctypes.c_char_p
-_pack_call = struct.Struct("NPPPPNP").pack  # an idem_call, as bytes
+# an idem_call, as bytes: its fields, then the padding up to its size
+_pack_call = struct.Struct("NPPPPNPi%dx" % (
+    _CALL_SIZE - struct.calcsize("NPPPPNPi"))).pack
 _OFF: int = L.BYTES_OFFSET or 0  # unused when None: _call_json_portable
 _copy_context = contextvars.copy_context
 
@@ -159,7 +162,11 @@ def _result_text(value: Any) -> Optional[bytes]:
 
 def _verdict(run: Callable[[], Any], is_check: bool) -> Verdict:
     """Run a tool (or status function) and say what happened, the way the C
-    library takes it: (outcome, result text or None, error text or None)."""
+    library takes it: (outcome, result text or None, error text or None).
+
+    Only a verdict finishes an attempt (SPEC 6a): a result, NotApplied,
+    Rejected.  Any other exception is UNKNOWN: the function ended, but what
+    it sent may still land."""
     try:
         value = run()
         if is_check and value is None:
@@ -311,15 +318,21 @@ class Guard(_Handle):
     # ---- the two-phase API -------------------------------------------------
 
     def begin(self, session: str, call_id: str, tool: str, args: Args,
-              turn: Optional[str] = None) -> "Step":
+              turn: Optional[str] = None, *, own_check: bool = False
+              ) -> "Step":
         """Decide a call; returns a Step.  Bad arguments and refused tools
         are answers (the step says ANSWER), not exceptions; StoreError means
         the log failed and nothing may be called downstream.  ``turn``
-        names the model turn that issued the call (see GuardedTool)."""
+        names the model turn that issued the call (see GuardedTool).
+        ``own_check``: you run a status check of your own (a lookup of
+        ``check_key``), whatever the policy names: the step says CHECK
+        before it settles an action in doubt, with ``check_tool`` None
+        when the policy names no status tool."""
         g = self._h()
         a = _args_text(args)
         c = _Call(_name(session, "session"), _name(call_id, "call_id"),
-                  _name(tool, "tool"), a, len(a), _turn(turn))
+                  _name(tool, "tool"), a, len(a), _turn(turn),
+                  1 if own_check else 0)
         s = _c_void_p()
         rc = L.guard_begin(g, _byref(c), _byref(s))
         if rc:
@@ -389,8 +402,10 @@ class Guard(_Handle):
              result_json: Optional[str] = None, ended: bool = True) -> None:
         """Record a result that arrived after the deadline, from wherever it
         arrives; dropped when the action was settled meanwhile.  ``ended``
-        says the attempt is over (the tool returned): with UNKNOWN, nothing
-        of it can land any more (SPEC 6a)."""
+        says the attempt is over (the tool returned or raised): nothing of
+        it runs any more.  With UNKNOWN that is no verdict: what it sent
+        may still land until the tool's settle_ms has passed since (SPEC
+        6a; settle_ms 0: the end is a finish)."""
         g = self._h()
         r = _opt_text(result, result_json)
         rc = L.guard_late(g, _name(session, "session"),
@@ -448,7 +463,9 @@ class Guard(_Handle):
         ``natural=True`` or ``False`` says which, whatever the signature.
 
         ``name`` is the tool's name in the policy (default: the function's
-        name); ``status(args, key)`` is the status check, in either form."""
+        name); ``status(args, key)`` is the status check, in either form:
+        given here, it is the tool's status check even when the policy
+        names none."""
         def wrap(fn: Callable[..., Any]) -> Any:
             nat = natural
             if nat is None:
@@ -594,7 +611,11 @@ class Step(_Handle):
 
     def attempt_ended(self) -> None:
         """The attempt about to be finished is known to have ended (the tool
-        returned): nothing of it can land later (SPEC 6a)."""
+        returned or raised, the process exited): nothing of it runs any
+        more.  Ended is not finished (SPEC 6a): with UNKNOWN it stays in
+        doubt, and may land until the tool's settle_ms has passed since
+        now; only with settle_ms 0 (effects end with the function) is the
+        end a finish."""
         self._check(L.step_attempt_ended(self._h()))
 
     key = _accessor(_step_key, _decode, "the idempotency key")
@@ -746,11 +767,17 @@ class GuardedTool:
     the result (anything JSON can encode): the call was APPLIED.  It raises
     ``idem.Rejected`` for a definite failure that applied nothing,
     ``idem.NotApplied`` when it certainly did not apply (retried with the
-    same key); any other exception means the outcome is UNKNOWN.
+    same key).  Those are verdicts; any other exception means the outcome
+    is UNKNOWN and the attempt ended without a verdict: what it sent may
+    still land (SPEC 6a), so neither a retry nor the model's re-issue runs
+    it again on a status check that does not show it yet - unless the
+    policy says the provider dedupes, or the tool's settle_ms has passed
+    since it ended (settle_ms 0: its effects end with the function).
 
     ``status(args, key)``, the status check, returns the applied result, or
     None (or raises NotApplied) when the action did not take effect; an
-    exception means the check failed (UNKNOWN).
+    exception means the check failed (UNKNOWN).  Given here, it is the
+    tool's status check even when the policy names none.
 
     Calling the tool, ``tool(session, call_id, args)`` with the args as a
     JSON text or a dict, returns the Envelope; ``tool.call_json(...)``
@@ -765,6 +792,10 @@ class GuardedTool:
         self._name = _name(name, "tool")
         self.fn = fn
         self.status = status
+        # a status function given in code is a status check, whatever the
+        # policy names (idem_call.own_check; idem_guard_call also reads it
+        # from the check it is given)
+        self._own_check = 1 if status is not None else 0
         self._id = next(_next_id)
         _registry[self._id] = self
         self._ctool = L.Tool(_run_cb, _check_cb if status else _NO_CHECK,
@@ -809,7 +840,7 @@ class GuardedTool:
         wc = _WithContext(self, ctx) if len(ctx) else None
         rc = _guard_call(self.guard._gp, _pack_call(
             _CALL_SIZE, id(s) + _OFF, id(i) + _OFF, self._name_addr, id(a) + _OFF,
-            len(a), 0 if t is None else id(t) + _OFF),
+            len(a), 0 if t is None else id(t) + _OFF, self._own_check),
             self._ctool_ref if wc is None else _byref(wc._ctool), ro, None)
         if rc:
             if out:
@@ -872,7 +903,7 @@ def _call_json_portable(self: GuardedTool, session: str, call_id: str,
     wc = _WithContext(self, ctx) if len(ctx) else None
     rc = _guard_call(self.guard._gp,
                      _byref(_Call(s, i, self._name, a, len(a),
-                                  _turn(turn))),
+                                  _turn(turn), self._own_check)),
                      self._ctool_ref if wc is None else _byref(wc._ctool),
                      _byref(out), None)
     if rc:

@@ -47,6 +47,27 @@ def define(text, name):
     return eval(expr)
 
 
+def struct_fields(text, name):
+    """The member names of ``typedef struct NAME {...} NAME;``, in order."""
+    m = re.search(r"typedef struct %s\s*\{(.*?)\}\s*%s;" % (name, name),
+                  text, re.S)
+    if not m:
+        raise AssertionError("no struct %s in %s" % (name, HEADER))
+    body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
+    names = []
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        fp = re.search(r"\(\*\s*(\w+)\)", decl)  # a function pointer
+        if fp:
+            names.append(fp.group(1))
+            continue
+        for part in decl.split(","):
+            names.append(re.findall(r"\w+", part)[-1])
+    return names
+
+
 def by_suffix(members, prefix):
     """{value: suffix in lower case} of the members named PREFIX_SUFFIX."""
     return {v: k[len(prefix):].lower() for k, v in members.items()
@@ -149,6 +170,25 @@ class Header(unittest.TestCase):
                          define(self.text, "IDEM_DEFAULT_MAX_DEPTH"))
         self.assertEqual(core.DEFAULT_MAX_BYTES,
                          define(self.text, "IDEM_DEFAULT_MAX_BYTES"))
+
+    def test_the_structs_the_binding_fills(self):
+        # the sized structs handed to C, member for member (a member added
+        # to the header and not here is read by C past what we pass, or
+        # not at all), and the idem_call packed by hand on the replay's
+        # path as long as the struct
+        for cname, cls in (("idem_call", _lib.Call),
+                           ("idem_keyspec", _lib.KeySpec),
+                           ("idem_tool", _lib.Tool),
+                           ("idem_settlement", _lib.Settlement)):
+            with self.subTest(struct=cname):
+                self.assertEqual([f for f, _ in cls._fields_],
+                                 struct_fields(self.text, cname))
+        self.assertEqual(len(guard._pack_call(*[0] * 8)),
+                         guard._CALL_SIZE)
+        self.assertEqual(struct_fields(
+            "typedef struct x { size_t size; /* a, b */ int (*run)(void *c,"
+            " int n); const char *a, *b; } x;", "x"),
+            ["size", "run", "a", "b"])
 
     def test_the_parser_reads_what_it_should(self):
         # the parser itself: a header with a code the binding lacks fails
