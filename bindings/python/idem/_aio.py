@@ -223,13 +223,14 @@ class _Drive:
         mu = threading.Lock()
         a = json.loads(args)
         context = self.context
+        nao = self.tool.not_applied_on
 
         def job() -> None:
             _inflight_add(1)
             try:
                 v = _verdict(lambda: _settled(_in_context(fn, a, key,
                                                           context)),
-                             is_check)
+                             is_check, nao)
             finally:
                 _inflight_add(-1)
             with mu:
@@ -334,7 +335,8 @@ class _Drive:
                 kind, args, key, deadline_ms = r
                 is_check = kind == CHECK
                 fn = self.tool.status if is_check else self.tool.fn
-                task = _attempt(fn, json.loads(args), key, is_check)
+                task = _attempt(fn, json.loads(args), key, is_check,
+                                self.tool.not_applied_on)
                 if not task.done():
                     await asyncio.wait((task,), timeout=deadline_ms / 1000)
                 if task.done():
@@ -358,7 +360,8 @@ class _Drive:
 
 
 def _attempt(fn: Callable[..., Awaitable[Any]], a: Any, key: str,
-             is_check: bool) -> "asyncio.Future[Verdict]":
+             is_check: bool, not_applied_on: Tuple[type, ...] = ()
+             ) -> "asyncio.Future[Verdict]":
     """An async tool (or status function) as a task of the running loop,
     in the drive's context (a copy of the caller's) with current_key()
     set.  The task's result is the verdict (outcome, result, error)."""
@@ -373,7 +376,7 @@ def _attempt(fn: Callable[..., Awaitable[Any]], a: Any, key: str,
 
             def value_of() -> Any:
                 raise exc
-            return _verdict(value_of, is_check)
+            return _verdict(value_of, is_check, not_applied_on)
         return _verdict(lambda: value, is_check)
     t = asyncio.ensure_future(run())
     _keep(t)

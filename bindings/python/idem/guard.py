@@ -20,7 +20,9 @@ import ctypes
 import enum
 import json
 import os
+import socket
 import struct
+import sys
 import threading
 import time
 import weakref
@@ -160,13 +162,16 @@ def _result_text(value: Any) -> Optional[bytes]:
                           % (type(value).__name__, e)) from None
 
 
-def _verdict(run: Callable[[], Any], is_check: bool) -> Verdict:
+def _verdict(run: Callable[[], Any], is_check: bool,
+             not_applied_on: Tuple[type, ...] = ()) -> Verdict:
     """Run a tool (or status function) and say what happened, the way the C
     library takes it: (outcome, result text or None, error text or None).
 
     Only a verdict finishes an attempt (SPEC 6a): a result, NotApplied,
-    Rejected.  Any other exception is UNKNOWN: the function ended, but what
-    it sent may still land."""
+    Rejected - or, for a tool run, an exception of a class the tool's
+    ``not_applied_on`` names (it proves nothing was sent).  Any other
+    exception is UNKNOWN: the function ended, but what it sent may still
+    land."""
     try:
         value = run()
         if is_check and value is None:
@@ -180,8 +185,68 @@ def _verdict(run: Callable[[], Any], is_check: bool) -> Verdict:
         return (_NOT_APPLIED if e.outcome == Rejected.outcome and is_check
                 else e.outcome), None, err
     except BaseException as e:  # anything else: nobody knows
-        return _UNKNOWN, None, ("%s: %s" % (type(e).__name__, e)).encode(
-            "utf-8", "replace")
+        err = ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")
+        if not_applied_on and not is_check and _not_sent(e, not_applied_on):
+            return _NOT_APPLIED, None, err
+        return _UNKNOWN, None, err
+
+
+def _not_sent(e: BaseException, types: Tuple[type, ...]) -> bool:
+    """Is e one of ``types``, the exceptions that prove nothing was sent?
+    urllib raises the socket's error of connect() and send() wrapped in a
+    URLError: its ``reason`` is matched too (an HTTPError is an answer,
+    never matched by its reason)."""
+    if isinstance(e, types):
+        return True
+    ue = sys.modules.get("urllib.error")  # not imported: e is no URLError
+    return (ue is not None and isinstance(e, ue.URLError) and
+            not isinstance(e, ue.HTTPError) and
+            isinstance(getattr(e, "reason", None), types))
+
+
+def _check_not_applied_on(value: Any) -> Tuple[type, ...]:
+    """The ``not_applied_on`` argument, checked: a tuple of exception
+    classes, none of which can be raised after the request went out."""
+    if value is None:
+        return ()
+    if not isinstance(value, tuple):
+        raise MisuseError(
+            "not_applied_on must be a tuple of exception classes, such as "
+            "(ConnectionRefusedError,); got %r" % (value,))
+    import urllib.error
+    for c in value:
+        if not (isinstance(c, type) and issubclass(c, Exception)):
+            raise MisuseError("not_applied_on holds exception classes; %r "
+                              "is not one" % (c,))
+        if issubclass(c, ToolOutcome):
+            raise MisuseError(
+                "not_applied_on: %s is a verdict already: raise it from the "
+                "tool, do not list it" % c.__name__)
+        why = ""
+        near = list(dict.fromkeys(w.__name__ for w in _PROVE_NOTHING
+                                  if issubclass(w, c) or issubclass(c, w)))
+        if near:
+            why = "it is or includes " + ", ".join(near)
+        elif issubclass(c, urllib.error.HTTPError):
+            why = "an HTTP answer: its status says what happened"
+        elif issubclass(c, urllib.error.URLError):
+            why = "it wraps any socket error, a reset after sending too"
+        if why:
+            raise MisuseError(
+                "not_applied_on: %s does not prove that nothing was sent "
+                "(%s): the request may have gone out and still land (SPEC "
+                "6a). Name the classes that do, such as "
+                "ConnectionRefusedError (a URLError whose reason is one "
+                "counts), or raise idem.NotApplied from the tool where you "
+                "know that nothing was sent" % (c.__name__, why))
+    return value
+
+
+# Exceptions raised after a request may have been sent: no class that is
+# or includes one of them proves that nothing was sent.
+_PROVE_NOTHING: Tuple[type, ...] = (
+    TimeoutError, socket.timeout, ConnectionResetError,
+    ConnectionAbortedError, BrokenPipeError)
 
 
 # The idempotency key of the call a tool is running for (idem.current_key()).
@@ -446,7 +511,8 @@ class Guard(_Handle):
 
     def tool(self, name: Optional[str] = None,
              status: Optional[ToolFn] = None, *,
-             session: Optional[str] = None, natural: Optional[bool] = None
+             session: Optional[str] = None, natural: Optional[bool] = None,
+             not_applied_on: Optional[Tuple[type, ...]] = None
              ) -> Callable[[Callable[..., Any]], Any]:
         """A decorator: ``@guard.tool("refund_payment", status=check)``.
 
@@ -465,31 +531,45 @@ class Guard(_Handle):
         ``name`` is the tool's name in the policy (default: the function's
         name); ``status(args, key)`` is the status check, in either form:
         given here, it is the tool's status check even when the policy
-        names none."""
+        names none.
+
+        ``not_applied_on``: a tuple of exception classes that prove the
+        request was never sent (``(ConnectionRefusedError,)``): the
+        function raising one is a NOT_APPLIED verdict, retried with the
+        same key.  Any other exception ends the attempt without a verdict
+        (SPEC 6a).  MisuseError (a TypeError) for anything but a tuple of
+        exception classes, or for a class that includes TimeoutError or a
+        reset, which prove nothing."""
+        nao = _check_not_applied_on(not_applied_on)
+
         def wrap(fn: Callable[..., Any]) -> Any:
             nat = natural
             if nat is None:
                 nat = not _is_args_key_form(fn)
             if nat:
-                return natural_tool(self, name, fn, status, session)
+                return natural_tool(self, name, fn, status, session, nao)
             if session is not None:
                 raise MisuseError("session= is for natural tools; a "
                                   "GuardedTool takes the session per call")
             return GuardedTool(self, name or str(getattr(fn, "__name__", "")),
-                               fn, status)
+                               fn, status, nao)
         return wrap
 
     def call(self, session: str, call_id: str, tool: str, args: Args,
              run: ToolFn, status: Optional[ToolFn] = None,
-             turn: Optional[str] = None) -> Envelope:
+             turn: Optional[str] = None, *,
+             not_applied_on: Optional[Tuple[type, ...]] = None
+             ) -> Envelope:
         """Guard one call of ``run(args, key)`` end to end; returns the
-        Envelope.  The same as ``guard.tool(tool, status)(run)(...)``."""
-        k = (tool, run, status)
+        Envelope.  The same as ``guard.tool(tool, status,
+        not_applied_on=...)(run)(...)``."""
+        nao = _check_not_applied_on(not_applied_on)
+        k = (tool, run, status, nao)
         t = self._tools.get(k)
         if t is None:
             if len(self._tools) >= 256:  # callers that make a lambda a call
                 self._tools.clear()
-            t = self._tools[k] = GuardedTool(self, tool, run, status)
+            t = self._tools[k] = GuardedTool(self, tool, run, status, nao)
         return t(session, call_id, args, turn)
 
 
@@ -724,7 +804,8 @@ def _run(ctx: int, key: bytes, args: int, args_len: int, result_pp: Any,
         context = getattr(t, "context", None)
         run: ToolFn = fn
         outcome, result, error = _verdict(
-            lambda: _settled(_in_context(run, a, k, context)), is_check)
+            lambda: _settled(_in_context(run, a, k, context)), is_check,
+            t.not_applied_on)
         _give(result_pp, result)
         _give(error_pp, error)
         return outcome
@@ -773,6 +854,8 @@ class GuardedTool:
     it again on a status check that does not show it yet - unless the
     policy says the provider dedupes, or the tool's settle_ms has passed
     since it ended (settle_ms 0: its effects end with the function).
+    ``not_applied_on``, a tuple of exception classes that prove nothing was
+    sent (``(ConnectionRefusedError,)``), makes those a NOT_APPLIED verdict.
 
     ``status(args, key)``, the status check, returns the applied result, or
     None (or raises NotApplied) when the action did not take effect; an
@@ -784,7 +867,8 @@ class GuardedTool:
     returns the envelope's JSON text, without parsing it."""
 
     def __init__(self, guard: Guard, name: str, fn: ToolFn,
-                 status: Optional[ToolFn] = None) -> None:
+                 status: Optional[ToolFn] = None,
+                 not_applied_on: Optional[Tuple[type, ...]] = None) -> None:
         if not callable(fn) or (status is not None and not callable(status)):
             raise MisuseError("a guarded tool and its status are callables")
         self.guard = guard
@@ -792,6 +876,7 @@ class GuardedTool:
         self._name = _name(name, "tool")
         self.fn = fn
         self.status = status
+        self.not_applied_on = _check_not_applied_on(not_applied_on)
         # a status function given in code is a status check, whatever the
         # policy names (idem_call.own_check; idem_guard_call also reads it
         # from the check it is given)
@@ -880,11 +965,13 @@ class _WithContext:
     guard's worker thread: registered under an id of its own, as the ctx of
     a Tool struct made for the call."""
 
-    __slots__ = ("fn", "status", "context", "_ctool", "__weakref__")
+    __slots__ = ("fn", "status", "not_applied_on", "context", "_ctool",
+                 "__weakref__")
 
     def __init__(self, tool: "GuardedTool",
                  context: contextvars.Context) -> None:
         self.fn, self.status, self.context = tool.fn, tool.status, context
+        self.not_applied_on = tool.not_applied_on
         cid = next(_next_id)
         _registry[cid] = self
         self._ctool = L.Tool(_run_cb, _check_cb if tool.status

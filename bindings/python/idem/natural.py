@@ -470,7 +470,9 @@ def _is_args_key_form(fn: Callable[..., Any]) -> bool:
 
 def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
                  status: Optional[Callable[..., Any]] = None,
-                 session: Optional[str] = None) -> Callable[..., Any]:
+                 session: Optional[str] = None,
+                 not_applied_on: Optional[Tuple[type, ...]] = None
+                 ) -> Callable[..., Any]:
     """The guarded function of ``fn`` (see the module's docstring)."""
     from .guard import Envelope, GuardedTool
     if not callable(fn):
@@ -528,7 +530,7 @@ def natural_tool(guard: Any, name: Optional[str], fn: Callable[..., Any],
             args, kwargs = arguments(a, key)
             return fn(*args, **kwargs)
         run = run_sync
-    guarded = GuardedTool(guard, tool, run, status)
+    guarded = GuardedTool(guard, tool, run, status, not_applied_on)
     me.append(guarded)
 
     def prepare(args: Tuple[Any, ...], kwargs: Dict[str, Any]

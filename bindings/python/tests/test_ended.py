@@ -1,7 +1,8 @@
 """Ended is not finished (SPEC 6a as amended), through the Python binding.
 
 Only a verdict finishes an attempt: the function returned a result, or
-raised idem.NotApplied / idem.Rejected.  A function that raised anything else - here
+raised idem.NotApplied / idem.Rejected, or an exception its tool's
+``not_applied_on`` names.  A function that raised anything else - here
 urllib's own TimeoutError - ended without one: the request may sit in the
 provider's queue and land later, so a status check saying "not applied"
 permits neither a retry with the same key nor the model's re-issue until
@@ -15,6 +16,7 @@ POST is a refund, and each extra one shows in its ledger.  A status
 function given in code is the tool's status check even when the policy
 names none (issue 26, item 6)."""
 import asyncio
+import http.client
 import json
 import socket
 import threading
@@ -423,6 +425,110 @@ class Verdicts(Base):
                 self.assertGreater(rec["settle_from"], 0)
                 # no status check anywhere: the model is told so, truly
                 self.assertIn("there is no status check", env["message"])
+
+
+class NotAppliedOn(Base):
+    """not_applied_on=(ConnectionRefusedError,): a refused connection
+    proves nothing was sent - retried with the same key, then failed,
+    safe to call again; without it, the same refusal is in doubt."""
+
+    def test_a_closed_port_urllib(self):
+        url = "http://127.0.0.1:%d/refunds" % closed_port()
+        for nao in ((ConnectionRefusedError,), None):
+            with self.subTest(not_applied_on=nao):
+                g = self.guard(policy(NO_STATUS_POLICY, '"backoff_ms":1,'))
+                keys = []
+
+                @g.tool("refund_payment", not_applied_on=nao)
+                def refund_payment(order_id: str, amount_cents: int) -> dict:
+                    keys.append(idem.current_key())
+                    req = urllib.request.Request(
+                        url, method="POST", data=b"{}",
+                        headers={"Idempotency-Key": idem.current_key()})
+                    with urllib.request.urlopen(req, timeout=0.3) as r:
+                        return json.load(r)
+                with idem.call_context(session="s", call_id="c1"):
+                    env = refund_payment(**ORDER)
+                rec = g.record("s", "c1")
+                if nao:
+                    self.assertEqual(env["status"], "failed", env)
+                    self.assertEqual(env["attempts"], 3)
+                    self.assertEqual(len(keys), 3)
+                    self.assertEqual(len(set(keys)), 1)
+                    self.assertIn("safe to call it again", env["message"])
+                    self.assertIn("Connection refused", env["message"])
+                    self.assertEqual(rec["state"], "not_applied")
+                    self.assertEqual(rec["settle_from"], 0)
+                else:
+                    self.assertEqual(env["status"], "outcome_unknown", env)
+                    self.assertEqual(env["attempts"], 1)
+                    self.assertEqual(len(keys), 1)
+                    self.assertEqual(rec["state"], "in_doubt")
+
+    def test_a_closed_port_asyncio(self):
+        port = closed_port()
+        g = self.guard(policy(NO_STATUS_POLICY, '"backoff_ms":1,'))
+        tries = []
+
+        @g.tool("refund_payment", not_applied_on=(ConnectionRefusedError,))
+        async def refund_payment(order_id: str, amount_cents: int) -> dict:
+            tries.append(idem.current_key())
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return {}
+
+        async def go():
+            with idem.call_context(session="s", call_id="c1"):
+                return await refund_payment(**ORDER)
+        env = asyncio.run(go())
+        self.assertEqual(env["status"], "failed", env)
+        self.assertEqual(env["attempts"], 3)
+        self.assertEqual(len(tries), 3)
+        self.assertEqual(g.record("s", "c1")["state"], "not_applied")
+
+    def test_only_for_the_tool_not_its_status_check(self):
+        # a status check that cannot connect has checked nothing
+        g = self.guard(policy(STATUS_POLICY, '"backoff_ms":1,'))
+
+        def status(args, key):
+            raise ConnectionRefusedError("status API down")
+
+        @g.tool("refund_payment", status=status,
+                not_applied_on=(ConnectionRefusedError,))
+        def refund_payment(order_id: str, amount_cents: int) -> dict:
+            raise TimeoutError("no answer")
+        with idem.call_context(session="s", call_id="c1"):
+            env = refund_payment(**ORDER)
+        self.assertEqual(env["status"], "outcome_unknown", env)
+        self.assertEqual(env["attempts"], 1)
+
+    def test_the_argument_is_checked(self):
+        g = self.guard(policy(NO_STATUS_POLICY, ""))
+        ok = g.tool("refund_payment", not_applied_on=(
+            ConnectionRefusedError, socket.gaierror))(lambda a, k: {})
+        self.assertEqual(ok.not_applied_on,
+                         (ConnectionRefusedError, socket.gaierror))
+        for bad, says in (
+                (ConnectionRefusedError, "tuple"),
+                ([ConnectionRefusedError], "tuple"),
+                (("ConnectionRefusedError",), "exception classes"),
+                ((ConnectionRefusedError, 3), "exception classes"),
+                ((OSError,), "TimeoutError"),
+                ((ConnectionError,), "ConnectionResetError"),
+                ((Exception,), "TimeoutError"),
+                ((TimeoutError,), "TimeoutError"),
+                ((http.client.RemoteDisconnected,), "ConnectionResetError"),
+                ((asyncio.TimeoutError,), "TimeoutError"),
+                ((urllib.error.URLError,), "wraps any socket error"),
+                ((urllib.error.HTTPError,), "HTTP answer"),
+                ((idem.NotApplied,), "verdict")):
+            with self.subTest(bad=bad):
+                with self.assertRaises(TypeError) as cm:
+                    g.tool("refund_payment", not_applied_on=bad)
+                self.assertIn(says, str(cm.exception))
+                with self.assertRaises(TypeError):
+                    idem.GuardedTool(g, "refund_payment", lambda a, k: {},
+                                     not_applied_on=bad)
 
 
 class StatusInCode(Base):
