@@ -8,8 +8,12 @@
 //    owner and reconciles it with the status tool.
 // 2. SIGKILL from inside at each crash point of SPEC 11 (IDEM_CRASH_AT):
 //    whatever the point, the call re-issued once the server has followed
-//    its gateway (SPEC 6a: its process group is empty) ends succeeded with
-//    one refund.
+//    its gateway ends succeeded with one refund.  A gateway that died after
+//    recording the attempt and before any answer (after_pending_commit)
+//    ended it without a verdict (SPEC 6a): under the default policy the
+//    re-issue is outcome_unknown - never failed - and nothing is applied;
+//    under settle_ms 0 (this server applies its refunds itself: its effects
+//    end with its process group) it runs once.
 import fs from "node:fs";
 import { execFileSync } from "node:child_process";
 import { idem, check, done, tmpdir, ledgerOf, connect, payments, body, call, sanitizerSaid } from "./lib.mjs";
@@ -57,6 +61,13 @@ async function until(what, f, ms = 15000) {
 }
 
 // ---- 2. killed at each crash point
+// the same policy, with settle_ms 0 for the refund
+const local = `${dir}/local.policy.json`;
+{
+  const p = JSON.parse(fs.readFileSync(new URL("./policy.json", import.meta.url), "utf8"));
+  p.tools.refund_payment.settle_ms = 0;
+  fs.writeFileSync(local, JSON.stringify(p));
+}
 for (const point of ["after_pending_commit", "after_downstream_return", "before_outcome_commit",
                      "after_outcome_commit"]) {
   const order = `o-${point}`, callId = `call-${point}`;
@@ -69,11 +80,26 @@ for (const point of ["after_pending_commit", "after_downstream_return", "before_
   // an attempt may still land, and a resume would be told outcome_unknown
   const server = Number(fs.readFileSync(`${ledger}.pid`, "utf8"));
   await until("the server to follow its gateway", () => !alive(server));
-  const gw2 = await connect({ log, server: payments(ledger) });
-  const r = await call(gw2.client, "refund_payment", args, { "io.idem/call_id": callId });
-  const n = ledgerOf(ledger).filter((e) => e.order_id === order).length;
+  const refunds = () => ledgerOf(ledger).filter((e) => e.order_id === order).length;
+  let gw2 = await connect({ log, server: payments(ledger) });
+  let r = await call(gw2.client, "refund_payment", args, { "io.idem/call_id": callId });
+  if (point === "after_pending_commit") {
+    // the log cannot tell whether the dead gateway sent the call: its
+    // death is no verdict, and by default the attempt may still land
+    const env = r.structuredContent;
+    check(r.isError && env?.status === "outcome_unknown" && !/safe to call|did not take effect/i.test(env.message) &&
+          refunds() === 0,
+          `${point}: under the default policy the re-issued call is outcome_unknown, nothing applied`, r,
+          show("sess_1", callId));
+    await gw2.close();
+    check(!sanitizerSaid(gw2.stderr()), "nothing from the sanitizers", gw2.stderr());
+    gw2 = await connect({ policy: local, log, server: payments(ledger) });
+    r = await call(gw2.client, "refund_payment", args, { "io.idem/call_id": callId });
+  }
+  const n = refunds();
   check(!r.isError && body(r).order_id === order && n === 1,
-        `${point}: the re-issued call succeeds, one refund in the ledger`, r, n, show("sess_1", callId));
+        `${point}: the re-issued call succeeds${point === "after_pending_commit" ? " under settle_ms 0" : ""}, ` +
+        `one refund in the ledger`, r, n, show("sess_1", callId));
   await gw2.close();
   check(!sanitizerSaid(gw2.stderr()), "nothing from the sanitizers", gw2.stderr());
 }
