@@ -182,7 +182,13 @@ void idem__http_classify(const idem__http_rule *h, int sent, int failed,
                st, IDEM__HTTP_MAX_BODY);
     return;
   }
-  if (st == 409)
+  /* a 408, 409, 429 or 5xx ended the exchange but says nothing of the
+  ** effect, unless the policy says what it means (SPEC §6a); a 408 has no
+  ** on_ of its own: a proxy or the server gave up waiting, and what it had
+  ** read may be at work already */
+  if (st == 408)
+    a->outcome = IDEM_OUTCOME_UNKNOWN;
+  else if (st == 409)
     a->outcome = h ? h->on_409 : IDEM_OUTCOME_UNKNOWN;
   else if (st == 429)
     a->outcome = h ? h->on_429 : IDEM_OUTCOME_UNKNOWN;

@@ -7,11 +7,20 @@
 ** the library itself carries out what the step asks -
 **
 **   EXECUTE  the tool's request (http.c) with the step's key, arguments
-**            and deadline; any response ends the attempt
-**            (idem_step_attempt_ended: nothing of it can land later, SPEC
-**            §6a), a timeout or a reset after sending does not; the
-**            outcome, the body (applied or rejected) and the reason go to
-**            idem_step_finish.
+**            and deadline; the outcome, the body (applied or rejected) and
+**            the reason go to idem_step_finish.  Ended is not finished
+**            (SPEC §6a): a response ENDS the attempt
+**            (idem_step_attempt_ended: settle_ms counts from now), but only
+**            a VERDICT finishes it - a status the policy maps to applied,
+**            rejected or not applied, or a request that was never sent.
+**            A 5xx, 408, 409 or 1xx/3xx answer is an end without a verdict:
+**            a proxy's 504 while the provider applies the request from its
+**            queue later, say - the action stays in doubt, and a status
+**            check's "not applied" then means "not yet".  A timeout or a
+**            reset after sending is not reported as an end: the request
+**            may still be at work at the provider, and the guard reconciles
+**            it as an attempt in flight (no retry with the key even under
+**            provider_dedupes: a retry's 409 would say nothing of it).
 **   CHECK    the status tool's request, when the policy's status tool is
 **            an HTTP tool, its 2xx answer read by applied_when
 **            (idem_step_check_verdict); else the caller's check hook, else
@@ -168,8 +177,10 @@ static int execute(run *r, idem_step *s) {
   args = idem_step_args(s, &alen);
   idem__http_request(&rule->http, rule->name, idem_step_key(s), args, alen,
                      idem_step_deadline_ms(s), &a);
-  /* a response, whatever it says, ends the exchange: nothing of this
-  ** attempt can land later (SPEC §6a); a timeout or a reset may */
+  /* a response, whatever it says, ENDS the exchange (SPEC §6a); it is a
+  ** verdict only when its status maps to applied, rejected or not applied
+  ** (the guard clears the attempt then) - else the request may still land
+  ** until settle_ms from now, and a check's "not applied" means "not yet" */
   if (a.status != 0) rc = idem_step_attempt_ended(s);
   tell(r->h.on_attempt, r->h.ctx, rule->name, rule->http.method,
        idem_step_key(s), idem_step_attempt(s), a.outcome, a.status, a.error);

@@ -27,7 +27,8 @@
 ** Against a small server of this file, which keeps the head of every
 ** request: a URL and a header filled with numbers carry their canonical
 ** RFC 8785 text (0.1, 1e+21, the shortest digits of a long mantissa), not
-** a printf rendering.  Without HTTP support: the call fails with a message
+** a printf rendering; a 408 is unknown (an end without a verdict), not
+** rejected, and not sent again.  Without HTTP support: the call fails with a message
 ** naming the tool and saying so, and nothing is recorded or sent.
 */
 #define _GNU_SOURCE
@@ -69,8 +70,9 @@ static void sleep_ms(int ms) {
 
 /* ---- a server that keeps what it is sent ---------------------------------------- */
 
-/* Answers every request 200 {} and keeps its head (request line and
-** headers) in heads, one after the other. */
+/* Answers every request 200 {} (a request for /s408: 408 Request Timeout)
+** and keeps its head (request line and headers) in heads, one after the
+** other. */
 static struct {
   int fd, port, stop, n;
   pthread_t th;
@@ -82,6 +84,8 @@ static void *srv_main(void *arg) {
   static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json"
                            "\r\nContent-Length: 2\r\nConnection: close\r\n"
                            "\r\n{}";
+  static const char t408[] = "HTTP/1.1 408 Request Timeout\r\nContent-Length:"
+                             " 0\r\nConnection: close\r\n\r\n";
   (void)arg;
   while (!srv.stop) {
     char buf[4096];
@@ -103,7 +107,10 @@ static void *srv_main(void *arg) {
     }
     srv.n++;
     pthread_mutex_unlock(&srv.mu);
-    if (write(c, ok, sizeof ok - 1) < 0) { /* the client went: no matter */
+    if (strstr(buf, " /s408 ")) {
+      if (write(c, t408, sizeof t408 - 1) < 0) { /* no matter */
+      }
+    } else if (write(c, ok, sizeof ok - 1) < 0) { /* the client went */
     }
     close(c);
   }
@@ -348,6 +355,9 @@ static const char POLICY[] =
     /* the server of this file, as a guarded tool */
     " \"note\": {\"class\": \"guarded\", \"http\": {\"url\":\n"
     "  \"http://127.0.0.1:%d/note\"}},\n"
+    /* the server of this file answering 408 */
+    " \"note408\": {\"class\": \"guarded\", \"retries\": 2, \"backoff_ms\": 1,\n"
+    "  \"http\": {\"url\": \"http://127.0.0.1:%d/s408\"}},\n"
     /* a tool without an http rule */
     " \"plain\": {\"class\": \"guarded\"}\n"
     "}}";
@@ -356,7 +366,7 @@ static idem_policy *policy_for(int paysim, int mine) {
   char text[sizeof POLICY + 64];
   idem_policy *p = NULL;
   snprintf(text, sizeof text, POLICY, paysim, paysim, paysim, paysim,
-           paysim, paysim, paysim, paysim, paysim, paysim, mine, mine);
+           paysim, paysim, paysim, paysim, paysim, paysim, mine, mine, mine);
   if (idem_policy_parse(text, strlen(text), "test policy", &p) != IDEM_OK) {
     fprintf(stderr, "policy: %s\n", p ? idem_policy_errmsg(p) : "no memory");
     exit(1);
@@ -683,6 +693,21 @@ static void canonical_numbers(idem_guard *g) {
   CHECK_INT(srv_take(heads, sizeof heads), 0);
 }
 
+/* A 408 ended the exchange but says nothing of the effect (SPEC §6a): the
+** server or a proxy gave up waiting, and what it read may be at work. */
+static void request_timeout(idem_guard *g) {
+  char heads[16384], *env = NULL;
+  seen w;
+  srv_take(heads, sizeof heads);
+  CHECK_INT(run(g, "t408", "note408", "{\"a\":1}", &env, &w), IDEM_OK);
+  CHECK_INT(w.attempts, 1); /* not sent again, not rejected */
+  CHECK_INT(w.attempt_status[0], 408);
+  CHECK_INT(w.attempt_outcome[0], IDEM_OUTCOME_UNKNOWN);
+  CHECK_IN_DOUBT(env);
+  idem_free(env);
+  CHECK_INT(srv_take(heads, sizeof heads), 1);
+}
+
 /* The caller's check hook: the status command says "not applied". */
 static int hook_checks;
 static int hook_check(void *ctx, const idem_step *s, const char **result,
@@ -880,6 +905,7 @@ int main(int argc, char **argv) {
   proxy_504(g);
   threads(g);
   canonical_numbers(g);
+  request_timeout(g);
   hooks_and_checks(g);
   refusals(g);
   idem_guard_close(g);
