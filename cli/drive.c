@@ -105,6 +105,7 @@ int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d) {
       cli_sleep_ms(idem_step_delay_ms(s));
       error[0] = '\0';
       if (d->execute(d->ctx, s, &outcome, &result, error, sizeof error)) {
+        /* a verdict: not even its runner started, nothing was sent */
         cli_err("cannot run the tool: %s", error[0] ? error : strerror(errno));
         outcome = IDEM_OUTCOME_NOT_APPLIED;
       }

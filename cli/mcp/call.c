@@ -43,6 +43,8 @@ static void run_job(gcall *c) {
     break;
   }
   case J_FINISH:
+    /* the server answered: the attempt ended (settle_ms counts from now);
+    ** the outcome says whether that is a verdict */
     if (c->ended) rc = idem_step_attempt_ended(c->s);
     if (!rc)
       rc = idem_step_finish(c->s, c->outcome, c->result, c->result_len,
@@ -209,6 +211,7 @@ static void send_exec(gw *w, gcall *c) {
   json_t *meta = json_deep_copy(c->meta);
   pend *p;
   if (gw_server_gone(w)) {
+    /* a verdict: this attempt certainly never reached the server */
     char why[160];
     snprintf(why, sizeof why, "%s; the call was not sent", gw_gone_why(w));
     json_decref(meta);
@@ -631,13 +634,19 @@ static void first_text(const json_t *result, char *out, size_t n) {
 ** the input of c's next job (finish, or a late result's record).  *text is
 ** the raw "result" (or "error", *is_error) member of the answer.
 **
+** Any answer ENDS the attempt (c->ended); only a verdict FINISHES it (SPEC
+** §6a): a tool result (applied), a protocol error that proves the request
+** was not processed (rejected), or isError under an on_is_error that makes
+** it one.  Everything else is UNKNOWN - an end without a verdict, after
+** which the request may still land (settle_ms counts from the answer).
 ** A result must be a CallToolResult: an object, whose content (when there)
 ** is an array and isError (when there) a boolean.  Anything else is a
 ** protocol violation, and says nothing of what the tool did: unknown.
 ** isError true is what the tool's handler said, and SDKs say it for any
-** exception in the handler - its own timeout talking to the provider
-** included - so by itself it proves nothing: the tool's on_is_error says
-** what it means (unknown unless the policy knows the server better). */
+** exception in the handler - its own fetch to the provider timing out
+** while the provider still holds the request included (issue 26) - so by
+** itself it proves nothing: the tool's on_is_error says what it means
+** (unknown unless the policy knows the server better). */
 int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
                    const char **text, size_t *tlen, int *is_error) {
   size_t vs, ve;
@@ -695,7 +704,8 @@ int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
   gw_set_input(c, outcome,
                *is_error || outcome == IDEM_OUTCOME_UNKNOWN ? NULL : *text,
                *tlen, err[0] ? err : NULL);
-  c->ended = 1; /* the server's answer ends the attempt (SPEC §6a) */
+  c->ended = 1; /* the answer ends the attempt; a verdict only if the */
+                 /* outcome is one (SPEC §6a)                          */
   return outcome;
 }
 
@@ -758,7 +768,8 @@ void gw_fire(gw *w, gcall *c) {
     if (!gw_server_gone(w)) send_cancel(w, c->gid, "idem: the deadline passed");
     c->gid = 0;
     if (p && p->kind == P_EXEC) {
-      /* the answer may still come: record it then */
+      /* the deadline ends the wait, not the attempt: it is still in flight
+      ** (unknown, not ended), and an answer may still come: record it then */
       p->kind = P_LATE;
       p->c = late_for(w, c);
       gw_set_input(c, IDEM_OUTCOME_UNKNOWN, NULL, 0, why);

@@ -41,11 +41,16 @@
 ** request's id stays mapped: a response that still comes is recorded as a
 ** late result (idem_guard_late).
 **
-** What the server's answer means: a result with isError true is a definite
-** failure (rejected: the tool ran and said no); a JSON-RPC error with a
-** protocol code (-32700, -32600, -32601, -32602) means the request was not
-** processed (rejected); any other error, a server that exits, or the
-** deadline means unknown.
+** What the server's answer means (call.c, gw_take_answer): a result is
+** applied; a result with isError true means what the tool's on_is_error
+** says - by default unknown (the SDKs answer isError for any exception of
+** a handler, its own timeout talking to the provider included); a JSON-RPC
+** error with a protocol code (-32700, -32600, -32601, -32602) means the
+** request was not processed (rejected); any other error, a server that
+** exits, or the deadline means unknown.  Ended is not finished (SPEC §6a):
+** an answer ends the attempt, but only a verdict (applied, rejected, not
+** applied) finishes it; after an end without one the request may still
+** land, and a status check's "not applied" means "not yet".
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -197,7 +202,12 @@ static void on_server_response(gw *w, const mcp_msg *m, const char *line,
   gw_pend_remove(w, p);
 }
 
-/* A request in flight that will get no (readable) answer. */
+/* A request in flight that will get no (readable) answer.  An execute's
+** outcome is unknown and its attempt is NOT reported ended: a server that
+** exits or closes its output is no verdict, and its process group (or a
+** provider it handed the call to) may still carry the attempt - the guard
+** holds it as one that may still land, until settle_ms after its deadline
+** (SPEC §6a). */
 static void pend_fail(gw *w, pend *p, const char *why) {
   switch (p->kind) {
   case P_FWD:

@@ -57,7 +57,10 @@ struct gcall {
   /* the worker's job: its inputs, its status and message */
   int job, rc, deliver;
   int outcome;
-  int ended; /* the server answered: nothing of the attempt can land later */
+  int ended; /* the server answered this execute: the attempt has ENDED -  */
+             /* finished only when the outcome is a verdict; an UNKNOWN     */
+             /* (isError under the default on_is_error, -32603, no tool    */
+             /* result) may still land until settle_ms from now (SPEC §6a) */
   char *result, *error;
   size_t result_len;
   char errmsg[512];
