@@ -1098,6 +1098,7 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
     return gfail(g, IDEM_MISUSE,
                  "idem_call.size is %zu: set it to sizeof(idem_call)",
                  call_in ? call_in->size : 0);
+  cur.size = sizeof cur; /* this version's, for what is handed on */
   if (!call->tool || (!call->args && call->args_len)) return IDEM_MISUSE;
   if (!g->st) return gfail(g, IDEM_MISUSE, "the guard has no attempt log");
   if (!(s = idem__malloc(sizeof *s)))

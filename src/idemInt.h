@@ -49,7 +49,8 @@ int idem__abi_in(void *dst, size_t dsize, const void *src, size_t min);
 ** caller's size is copied to dst, its size field kept.  IDEM_MISUSE when
 ** dst is NULL or its size is below min. */
 int idem__abi_out(void *dst, const void *src, size_t ssize, size_t min);
-/* The smallest size of each: its first layout, which is this version's. */
+/* The smallest size of each: its first layout (0.3.0's), which is this
+** version's but for idem_call. */
 #define IDEM__ABI_MIN(type) sizeof(type)
 /* idem_call grew own_check in 0.4.0: its first layout ends before it. */
 #define IDEM__CALL_MIN offsetof(idem_call, own_check)

@@ -187,7 +187,7 @@ static const char *json_kind(char first) {
 
 /* The caller's sized structs (idem.h, ABI) as this version's. */
 static int call_in(idem_canon *c, const idem_call *call, idem_call *cur) {
-  if (idem__abi_in(cur, sizeof *cur, call, IDEM__ABI_MIN(idem_call)))
+  if (idem__abi_in(cur, sizeof *cur, call, IDEM__CALL_MIN))
     return idem__canon_fail(c, IDEM_MISUSE, IDEM__NO_OFFSET,
                             "idem_call.size is %zu: set it to "
                             "sizeof(idem_call)",

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,22 @@ static void test_abi(void) {
   CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
   CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{}", 2, NULL), IDEM_OK);
   idem_step_free(s);
+  /* a caller built against 0.3.0: its idem_call ends before own_check,
+  ** and is served - by the key and by the guard */
+  {
+    idem_call old = c;
+    old.size = offsetof(idem_call, own_check);
+    old.call_id = "c_030";
+    CHECK_INT(idem_key_mint(cn, &old, NULL, &k), IDEM_OK);
+    CHECK_INT(idem_guard_begin(g, &old, &s), IDEM_OK);
+    CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+    CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{}", 2, NULL),
+              IDEM_OK);
+    CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+    idem_step_free(s);
+    old.size = offsetof(idem_call, own_check) - 1; /* smaller: misuse */
+    CHECK_INT(idem_guard_begin(g, &old, &s), IDEM_MISUSE);
+  }
   /* out structs: a size too small is refused, the right one filled */
   memset(&info, 0, sizeof info);
   info.size = 8;
@@ -181,8 +198,8 @@ static void test_abi(void) {
   memset(&st, 0xff, sizeof st);
   st.size = sizeof st;
   CHECK_INT(idem_guard_stats(g, &st), IDEM_OK);
-  CHECK_INT(st.records, 1);
-  CHECK_INT(st.by_state[IDEM_STATE_SUCCEEDED], 1);
+  CHECK_INT(st.records, 2);
+  CHECK_INT(st.by_state[IDEM_STATE_SUCCEEDED], 2);
   CHECK_INT(st.size, sizeof st);
   idem_canon_close(cn);
   idem_guard_close(g);

@@ -49,7 +49,7 @@ __all__ = [
     "current_key", "http_missing", "call_context", "current_call", "CallContext",
 ]
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 library_path = _lib.path
 
 APPLIED = Outcome.APPLIED

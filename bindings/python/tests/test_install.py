@@ -96,7 +96,7 @@ class PipInstall(unittest.TestCase):
                          self.pip.stdout + self.pip.stderr)
         r = subprocess.run([self.py, "-m", "pip", "show", "idem"],
                            capture_output=True, text=True)
-        self.assertIn("Version: 0.3.0", r.stdout)
+        self.assertIn("Version: 0.4.0", r.stdout)
 
     def test_installed_with_idem_library(self):
         lib = os.environ["IDEM_LIBRARY"]
