@@ -181,6 +181,8 @@ static void test_abi(void) {
     idem_call old = c;
     old.size = offsetof(idem_call, own_check);
     old.call_id = "c_030";
+    old.args = "{\"order_id\":\"o_030\"}"; /* another action */
+    old.args_len = strlen(old.args);
     CHECK_INT(idem_key_mint(cn, &old, NULL, &k), IDEM_OK);
     CHECK_INT(idem_guard_begin(g, &old, &s), IDEM_OK);
     CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
