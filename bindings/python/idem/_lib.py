@@ -140,7 +140,9 @@ class Record(ctypes.Structure):
                 ("executor", c_char_p), ("pgid", c_longlong),
                 ("settle_from", c_longlong),
                 # the model turn of the call (SPEC 6.4)
-                ("turn", c_char_p)]
+                ("turn", c_char_p),
+                # an operator's verdict: who and when (0.4.0, SPEC 9)
+                ("resolved_by", c_char_p), ("resolved_at", c_longlong)]
 
 
 # int run(void *ctx, const char *key, const char *args, size_t args_len,
@@ -217,6 +219,8 @@ guard_late = _fn("idem_guard_late", c_int, c_void_p, c_char_p, c_char_p,
                  c_longlong, c_int, c_char_p, c_size_t, c_char_p, c_int)
 guard_record = _fn("idem_guard_record", c_int, c_void_p, c_char_p, c_char_p,
                    P(P(Record)))
+guard_resolve = _fn("idem_guard_resolve", c_int, c_void_p, c_char_p,
+                    c_char_p, c_int, c_char_p, c_size_t, c_char_p, c_char_p)
 
 step_next = _fn("idem_step_next", c_int, c_void_p)
 step_finish = _fn("idem_step_finish", c_int, c_void_p, c_int, c_char_p,

@@ -481,6 +481,40 @@ class Guard(_Handle):
         if rc:
             raise _err(g, rc)
 
+    def resolve(self, session: str, call_id: str, *, applied: bool,
+                result: Any = None, reason: Optional[str] = None,
+                by: Optional[str] = None,
+                result_json: Optional[str] = None) -> None:
+        """An operator's verdict on an action in doubt (SPEC 9, what
+        ``idem resolve`` does), after checking with the provider by hand.
+        ``applied=True`` (with its ``result``) makes every later call of
+        the action replay it, and a re-issue answer already_applied;
+        ``applied=False`` needs a ``reason`` and lets the next call run it
+        again with its key - say it only when no attempt can land any more.
+        Recorded with who (``by``; default: this guard's owner id) and
+        when.  StaleError when the action is not in doubt (someone settled
+        it meanwhile: the message says what it is now), NotFoundError when
+        there is none."""
+        g = self._h()
+        if not isinstance(applied, bool):
+            raise MisuseError("applied must be True or False")
+        if not applied and not (isinstance(reason, str) and reason):
+            raise MisuseError("a verdict of not applied needs a reason "
+                              "(what the provider said)")
+        if not applied and (result is not None or result_json is not None):
+            raise MisuseError("a result goes with applied=True")
+        r = _opt_text(result, result_json)
+        rc = L.guard_resolve(
+            g, _name(session, "session"), _name(call_id, "call_id"),
+            int(Outcome.APPLIED if applied else Outcome.NOT_APPLIED),
+            r, len(r) if r else 0,
+            _name(reason, "reason") if reason else None,
+            _name(by, "by") if by is not None else None)
+        if rc:
+            if rc == _NOTFOUND:
+                raise error_for(rc, "no record of %s %s" % (session, call_id))
+            raise _err(g, rc)
+
     def record(self, session: str, call_id: str) -> Dict[str, Any]:
         """The record of one action as a dict (SPEC §5); NotFoundError when
         there is none.  ``result`` is decoded from JSON."""
