@@ -31,6 +31,20 @@ has "beat 9 unknown" "$beat" 'the model gets: outcome_unknown'
 has "beat 9 re-issue" "$beat" 'the model gets: already_applied'
 has "beat 9 landed" "$beat" 'has 1 refund for ord_1004 (it landed after the timeout)'
 
+# step 10: the tool's gateway gives up (504) while the provider's queue
+# applies it: unknown, never failed, not sent again, the re-issue fenced,
+# then already_applied once it landed
+beat=$(printf '%s\n' "$OUT" | sed -n '/^10\. /,/^11\. /p')
+has "beat 10 told" "$beat" 'The refund tool gives up on its own'
+has "beat 10 a 504" "$beat" 'POST legacy_refund, attempt 1: outcome unknown - HTTP 504'
+hasnt "beat 10 not sent again" "$beat" 'legacy_refund, attempt 2'
+hasnt "beat 10 never failed" "$beat" 'the model gets: failed'
+hasnt "beat 10 never safe to call" "$beat" 'safe to call'
+expect "beat 10 unknown, then fenced" 2 "$(printf '%s\n' "$beat" | grep -c 'the model gets: outcome_unknown')"
+has "beat 10 fenced naming toolu_09" "$beat" 'call id toolu_09'
+has "beat 10 landed" "$beat" 'has 1 refund for ord_1005 (it landed after the 504)'
+has "beat 10 re-issue" "$beat" 'the model gets: already_applied'
+
 # the provider's ledger, read here: one refund per decision, none twice
 ledger() {
   python3 - "$DIR/ledger.jsonl" "$1" <<'PY'
@@ -50,7 +64,8 @@ expect "ledger ord_1001 (refund and goodwill)" 2 "$(ledger ord_1001)"
 expect "ledger ord_1002" 1 "$(ledger ord_1002)"
 expect "ledger ord_1003" 1 "$(ledger ord_1003)"
 expect "ledger ord_1004 (landed late, once)" 1 "$(ledger ord_1004)"
-expect "ledger total" 5 "$(ledger all)"
+expect "ledger ord_1005 (landed from the queue, once)" 1 "$(ledger ord_1005)"
+expect "ledger total" 6 "$(ledger all)"
 expect "ledger: no key twice" "" "$(ledger twice)"
 
 # the attempt log agrees: toolu_06 settled by the status check (its attempt
@@ -63,6 +78,11 @@ has "toolu_06 one attempt" "$r6" '"attempts":1'
 r7=$("$IDEM" show --json --log "$LOG" sess_demo toolu_07)
 has "toolu_07 deduplicated" "$r7" '"state":"deduplicated"'
 has "toolu_07 duplicate of toolu_06" "$r7" '"duplicate_of":"toolu_06"'
+r9=$("$IDEM" show --json --log "$LOG" sess_demo toolu_09)
+has "toolu_09 succeeded" "$r9" '"state":"succeeded"'
+has "toolu_09 one attempt" "$r9" '"attempts":1'
+r11=$("$IDEM" show --json --log "$LOG" sess_demo toolu_11)
+has "toolu_11 duplicate of toolu_09" "$r11" '"duplicate_of":"toolu_09"'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

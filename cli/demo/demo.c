@@ -8,8 +8,9 @@
 ** the provider applied it, the transport's retry, the model re-issuing the
 ** call under a new call id, a harness killed mid-call and resumed, a
 ** provider that crashes, a refund that lands after its timeout at a
-** provider that does not dedupe (SPEC §6a), and a legitimate second
-** refund.  Each step says
+** provider that does not dedupe (SPEC §6a), a refund whose tool gives up
+** on its own while the provider still applies it (ended is not
+** finished), and a legitimate second refund.  Each step says
 ** what should happen and checks it; at the end the provider's own ledger
 ** is checked against what should have happened.  Exit 0 only when every
 ** step and the ledger match.
@@ -201,8 +202,10 @@ static void sim_stop(demo *d) {
 ** tool of a small policy of the demo's own, run in this process by the
 ** library (idem_guard_run) - the public API, the same executor as every
 ** refund of the story; a read_only call records nothing in the log. */
-static int sim_mode_ex(demo *d, const char *mode, int count, int dedupe) {
-  char policy[256], args[128], cnt[32] = "", call_id[32], *env = NULL;
+static int sim_mode_ex(demo *d, const char *mode, int count, int dedupe,
+                       int stall_ms) {
+  char policy[256], args[160], cnt[32] = "", stall[32] = "", call_id[32],
+                                *env = NULL;
   static int n;
   idem_policy *p = NULL;
   idem_guard *g = NULL;
@@ -215,7 +218,9 @@ static int sim_mode_ex(demo *d, const char *mode, int count, int dedupe) {
            "\"POST\", \"url\": \"http://127.0.0.1:%d/_mode\"}}}}",
            d->port);
   if (count > 0) snprintf(cnt, sizeof cnt, ",\"count\":%d", count);
-  snprintf(args, sizeof args, "{\"mode\":\"%s\"%s%s}", mode, cnt,
+  if (stall_ms > 0)
+    snprintf(stall, sizeof stall, ",\"stall_ms\":%d", stall_ms);
+  snprintf(args, sizeof args, "{\"mode\":\"%s\"%s%s%s}", mode, cnt, stall,
            dedupe < 0   ? ""
            : dedupe > 0 ? ",\"dedupe\":true"
                         : ",\"dedupe\":false");
@@ -242,7 +247,7 @@ static int sim_mode_ex(demo *d, const char *mode, int count, int dedupe) {
 }
 
 static int sim_mode(demo *d, const char *mode, int count) {
-  return sim_mode_ex(d, mode, count, -1);
+  return sim_mode_ex(d, mode, count, -1, 0);
 }
 
 /* The provider's ledger: refunds of order (all when NULL), their amounts
@@ -464,6 +469,9 @@ static void check_ledger(demo *d, const char *order, int want,
 #define A5                                                                     \
   "{\"order_id\":\"ord_1004\",\"amount_cents\":3250,\"reason\":\"wrong "       \
   "size\"}"
+#define A6                                                                     \
+  "{\"order_id\":\"ord_1005\",\"amount_cents\":1875,\"reason\":\"late "        \
+  "refund\"}"
 
 static void story(demo *d) {
   char st[64], out[256];
@@ -566,7 +574,7 @@ static void story(demo *d) {
        "nothing yet, which proves only that the refund has not landed YET: "
        "idem does not send it again, and the model is told the outcome is "
        "unknown.");
-  if (sim_mode_ex(d, "late", 1, 0)) d->failures++;
+  if (sim_mode_ex(d, "late", 1, 0, 0)) d->failures++;
   {
     long long t0 = cli_mono_ms();
     int n = 0;
@@ -589,10 +597,47 @@ static void story(demo *d) {
   expect(d, strcmp(st, "already_applied") == 0,
          "already_applied, not a second refund (got %s)", st);
   check_ledger(d, "ord_1004", 1, "(still)");
-  if (sim_mode_ex(d, "normal", 0, 1)) d->failures++; /* dedupe again */
 
   step(d,
-       "10. A genuinely new decision: a goodwill refund of 10.00 on "
+       "10. The refund tool gives up on its own: order ord_1005 (18.75), "
+       "toolu_09.",
+       "A client deadline can expire long after the processor accepted. "
+       "Here the provider's gateway answers 504 Gateway Timeout at once, "
+       "while the refund waits in the provider's queue and is applied a "
+       "moment later. The attempt has ended, but with no verdict: a 504 "
+       "says nothing about the refund. The status check finds nothing yet, "
+       "so idem neither sends it again nor says failed: outcome unknown.");
+  if (sim_mode_ex(d, "queued", 1, 0, 1500)) d->failures++;
+  {
+    long long t0 = cli_mono_ms();
+    int n = 0;
+    harness_tool(d, LEGACY, "toolu_09", A6, NULL, st, sizeof st);
+    expect(d, strcmp(st, "outcome_unknown") == 0,
+           "outcome_unknown, not failed, and nothing sent again (got %s)", st);
+    check_ledger(d, "ord_1005", 0, "(not yet: it waits in the queue)");
+    wrap(3, "The model re-issues it at once, toolu_10: fenced, since the "
+            "first attempt may still land.");
+    harness_tool(d, LEGACY, "toolu_10", A6, NULL, st, sizeof st);
+    expect(d, strcmp(st, "outcome_unknown") == 0,
+           "outcome_unknown naming toolu_09, nothing sent (got %s)", st);
+    while (cli_mono_ms() - t0 < 15000 &&
+           (n = ledger_count(d, "ord_1005", NULL, NULL, 0)) == 0)
+      cli_sleep_ms(50);
+    printf("   %.1f s after it was sent, the provider applies the queued "
+           "refund.\n",
+           (double)(cli_mono_ms() - t0) / 1000);
+    check_ledger(d, "ord_1005", 1, "(it landed after the 504)");
+  }
+  wrap(3, "The model asks once more, toolu_11: the status check finds the "
+          "refund now.");
+  harness_tool(d, LEGACY, "toolu_11", A6, NULL, st, sizeof st);
+  expect(d, strcmp(st, "already_applied") == 0,
+         "already_applied, not a second refund (got %s)", st);
+  check_ledger(d, "ord_1005", 1, "(still)");
+  if (sim_mode_ex(d, "normal", 0, 1, 0)) d->failures++; /* dedupe again */
+
+  step(d,
+       "11. A genuinely new decision: a goodwill refund of 10.00 on "
        "ord_1001, toolu_08.",
        "The model was told the first refund of ord_1001 succeeded (step 1), "
        "so a new refund of that order is a new decision, and it goes through.");
@@ -603,9 +648,10 @@ static void story(demo *d) {
   printf("\n%sThe provider's ledger%s (%s)\n", d->b, d->n, d->ledger);
   total = ledger_count(d, NULL, &cents, &twice, 1);
   expect(d,
-         total == 5 && cents == 6000 + 4500 + 2599 + 3250 + 1000 && twice == 0,
-         "%d refunds, %lld.%02lld in all, no key applied twice (want 5, "
-         "173.49)",
+         total == 6 && cents == 6000 + 4500 + 2599 + 3250 + 1875 + 1000 &&
+             twice == 0,
+         "%d refunds, %lld.%02lld in all, no key applied twice (want 6, "
+         "192.24)",
          total, cents / 100, cents % 100);
 }
 
