@@ -1114,6 +1114,21 @@ static long long left_unknown(idem_guard *g, idem_call *c, int ended) {
   return token;
 }
 
+/* s's check finds nothing, and s stays in doubt: outcome_unknown, no
+** second EXECUTE, never "safe to call again"; its envelope is returned. */
+static const char *check_finds_nothing(idem_step *s) {
+  const char *env;
+  size_t len;
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER); /* no second EXECUTE */
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  env = idem_step_envelope(s, &len);
+  HASNT(env, "safe to call");
+  HASNT(env, "did not take effect");
+  return env;
+}
+
 /* The two-phase API: an UNKNOWN is an attempt that may still land; one
 ** that idem_step_attempt_ended() said ended has no verdict either, and may
 ** land too - unless the tool's effects end with it (settle_ms 0). */
@@ -1132,12 +1147,7 @@ static void test_two_phase_inflight(void) {
   /* finish(UNKNOWN), then the check finds nothing: still unknown */
   s = timed_out(g, &c, 0);
   snprintf(key, sizeof key, "%s", idem_step_key(s));
-  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
-  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
-  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER); /* no second EXECUTE */
-  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
-  env = idem_step_envelope(s, &len);
-  HASNT(env, "safe to call");
+  env = check_finds_nothing(s);
   HAS(env, "\"check_with\"");
   idem_step_free(s);
   if ((r = record(g, "tp1", "c1")) != NULL) {
@@ -1161,13 +1171,7 @@ static void test_two_phase_inflight(void) {
     CHECK(r->settle_from < r->created + 300); /* before its deadline */
   }
   idem_record_free(r);
-  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
-  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
-  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER); /* no second EXECUTE */
-  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
-  env = idem_step_envelope(s, &len);
-  HASNT(env, "safe to call");
-  HASNT(env, "did not take effect");
+  check_finds_nothing(s);
   idem_step_free(s);
   if ((r = record(g, "tp2u", "c1")) != NULL) {
     CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);

@@ -446,6 +446,17 @@ static int write_policy(demo *d) {
   return fclose(f) == 0 ? 0 : -1;
 }
 
+/* Wait (15 s at most) for the provider to apply a refund of order that it
+** held or queued since t0, and say when it did. */
+static void await_landing(demo *d, const char *order, long long t0,
+                          const char *how) {
+  while (cli_mono_ms() - t0 < 15000 &&
+         ledger_count(d, order, NULL, NULL, 0) == 0)
+    cli_sleep_ms(50);
+  printf("   %.1f s after it was sent, the provider applies the %s refund.\n",
+         (double)(cli_mono_ms() - t0) / 1000, how);
+}
+
 static void check_ledger(demo *d, const char *order, int want,
                          const char *why) {
   int n = ledger_count(d, order, NULL, NULL, 0);
@@ -577,17 +588,11 @@ static void story(demo *d) {
   if (sim_mode_ex(d, "late", 1, 0, 0)) d->failures++;
   {
     long long t0 = cli_mono_ms();
-    int n = 0;
     harness_tool(d, LEGACY, "toolu_06", A5, NULL, st, sizeof st);
     expect(d, strcmp(st, "outcome_unknown") == 0,
            "outcome_unknown, and nothing sent again (got %s)", st);
     check_ledger(d, "ord_1004", 0, "(not yet: the provider still holds it)");
-    while (cli_mono_ms() - t0 < 15000 &&
-           (n = ledger_count(d, "ord_1004", NULL, NULL, 0)) == 0)
-      cli_sleep_ms(50);
-    printf("   %.1f s after it was sent, the provider applies the held "
-           "refund.\n",
-           (double)(cli_mono_ms() - t0) / 1000);
+    await_landing(d, "ord_1004", t0, "held");
     check_ledger(d, "ord_1004", 1, "(it landed after the timeout)");
   }
   wrap(3, "The model re-issues the refund under a new call id, toolu_07. "
@@ -610,7 +615,6 @@ static void story(demo *d) {
   if (sim_mode_ex(d, "queued", 1, 0, 1500)) d->failures++;
   {
     long long t0 = cli_mono_ms();
-    int n = 0;
     harness_tool(d, LEGACY, "toolu_09", A6, NULL, st, sizeof st);
     expect(d, strcmp(st, "outcome_unknown") == 0,
            "outcome_unknown, not failed, and nothing sent again (got %s)", st);
@@ -620,12 +624,7 @@ static void story(demo *d) {
     harness_tool(d, LEGACY, "toolu_10", A6, NULL, st, sizeof st);
     expect(d, strcmp(st, "outcome_unknown") == 0,
            "outcome_unknown naming toolu_09, nothing sent (got %s)", st);
-    while (cli_mono_ms() - t0 < 15000 &&
-           (n = ledger_count(d, "ord_1005", NULL, NULL, 0)) == 0)
-      cli_sleep_ms(50);
-    printf("   %.1f s after it was sent, the provider applies the queued "
-           "refund.\n",
-           (double)(cli_mono_ms() - t0) / 1000);
+    await_landing(d, "ord_1005", t0, "queued");
     check_ledger(d, "ord_1005", 1, "(it landed after the 504)");
   }
   wrap(3, "The model asks once more, toolu_11: the status check finds the "
