@@ -1141,7 +1141,6 @@ static void test_two_phase_inflight(void) {
   idem_record *r;
   const char *env;
   char key[300];
-  size_t len;
   long long token;
 
   /* finish(UNKNOWN), then the check finds nothing: still unknown */
