@@ -523,11 +523,15 @@ IDEM_API int idem_step_next(const idem_step *s);
 IDEM_API int idem_step_finish(idem_step *s, int outcome, const char *result,
                               size_t result_len, const char *error);
 /* Before idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, ...), or before a late
-** result: the attempt has ended all the same - the command and its process
-** group exited, the tool function returned, the server answered - so
-** nothing of it can land later (SPEC §6a).  An UNKNOWN without it is an
-** attempt that may still land (a timeout): a status check that finds it
-** not applied then proves only that it has not landed YET. */
+** result: the attempt has ENDED - the command and its process group
+** exited, the tool function returned, the server answered - but without a
+** verdict (SPEC §6a: ended is not finished): what it sent may sit in the
+** provider's queue and land later.  The guard records when it ended; a
+** status check that finds it not applied then permits a new execution
+** only under provider_dedupes, or once the tool's settle_ms has passed
+** since (settle_ms 0: the end is the finish).  An UNKNOWN without it is an
+** attempt still running (a timeout): the same, and settle_ms counts from
+** its deadline. */
 IDEM_API int idem_step_attempt_ended(idem_step *s);
 /* Report the status check's outcome (APPLIED with its result, NOT_APPLIED,
 ** or UNKNOWN when the check itself failed). */
@@ -644,9 +648,11 @@ IDEM_API long long idem_step_token(const idem_step *s);
 /* Record a result that arrived after the deadline, from wherever it
 ** arrives (another thread, another process): it settles the action if it is
 ** still in doubt, or still pending under the given token, and is dropped
-** when the action was settled meanwhile.  ended != 0 says the attempt is
-** over (the tool returned, the command and its process group are gone):
-** with an UNKNOWN outcome, nothing of it can land any more (SPEC §6a). */
+** when the action was settled meanwhile.  ended != 0 says nothing of the
+** attempt runs any more (the tool returned, the command and its process
+** group are gone): with an UNKNOWN outcome that is an end without a
+** verdict, and it may still land until the tool's settle_ms has passed
+** (SPEC §6a, idem_step_attempt_ended). */
 IDEM_API int idem_guard_late(idem_guard *g, const char *session,
                              const char *call_id, long long token, int outcome,
                              const char *result, size_t result_len,
@@ -858,8 +864,10 @@ typedef struct idem_run_hooks {
 ** request within the tool's timeout_ms, retry with backoff and the same key
 ** as the policy says, reconcile an unknown outcome with the policy's status
 ** tool when that is an HTTP tool too, and answer.  A response of any kind
-** ends the attempt (nothing of it can land later, SPEC §6a); a timeout or
-** a reset after sending does not.  read_only and idempotent tools run with
+** ends the attempt; only one whose status the policy maps to applied, not
+** applied or rejected is a verdict (SPEC §6a: a 5xx, 408, 409 or an
+** unreadable answer may still land); a timeout or a reset after sending
+** does not even end it.  read_only and idempotent tools run with
 ** nothing recorded (idempotent ones retried); a refused tool answers
 ** refused without a request.  *envelope is the answer (SPEC §7), marked
 ** delivered: free it with idem_free().  hooks may be NULL.

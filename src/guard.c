@@ -289,14 +289,22 @@ static int may_land(idem_step *s, const idem_record *r) {
   return may_land_by(s->rule, r, now_ms(s));
 }
 
+/* Does something of r's last attempt still run: its executor at work, or
+** its own process group not empty? */
+static int still_runs(const idem_record *r, long long now) {
+  if (!r->executor) return 0;
+  if (r->pgid > 0 && !idem_process_group_empty(r->pgid)) return 1;
+  return executor_live(r, now);
+}
+
 /* May this action be tried again with its own key, without a verdict on
 ** its last attempt?  Only under a provider that dedupes on the key, with
-** retries left, once no attempt of it still runs: one that ended without
-** a verdict may land, harmlessly then.  (The record tracks one attempt:
-** none starts while an earlier one may still be running.) */
+** retries left, once nothing of the attempt still runs: one that ended
+** without a verdict, or whose executor died, may land, harmlessly then.
+** (The record tracks one attempt: none starts while one still runs.) */
 static int dedupe_retry(idem_step *s, const idem_record *r) {
   return dedupe_covers(s, r) && r->attempts < s->rule->retries + 1 &&
-         (!r->executor || !may_land(s, r));
+         (!still_runs(r, now_ms(s)) || !may_land(s, r));
 }
 
 /* ---- answers -------------------------------------------------------------- */
@@ -1507,7 +1515,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   if (s->doubted && (outcome == IDEM_OUTCOME_NOT_APPLIED ||
                      outcome == IDEM_OUTCOME_REJECTED)) {
     outcome = IDEM_OUTCOME_UNKNOWN;
-    answered = 1; /* the retry itself has a verdict */
+    answered = 1; /* the retry has a verdict, the attempt it repeats none */
   }
   state = outcome == IDEM_OUTCOME_APPLIED       ? IDEM_STATE_SUCCEEDED
           : outcome == IDEM_OUTCOME_REJECTED    ? IDEM_STATE_FAILED
@@ -1522,11 +1530,14 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   ch.error = error;
   if (state != IDEM_STATE_IN_DOUBT) ch.resolution = IDEM_RESOLVED_EXECUTED;
   /* an attempt with a verdict cannot land later; one that ended without
-  ** one may until settle_ms from now; one that did not answer in time
-  ** may, and its executor stays (§6a) */
-  if (state != IDEM_STATE_IN_DOUBT || answered) {
+  ** one may until settle_ms from now - so may the earlier one a retry
+  ** under provider_dedupes repeated, when the retry's own verdict is "not
+  ** applied" (its end is lost to the retry's record: now is the later,
+  ** safe count); one that did not answer in time may, and its executor
+  ** stays (§6a) */
+  if (state != IDEM_STATE_IN_DOUBT) {
     ch.exec_set = IDEM__EXEC_CLEAR;
-  } else if (s->ended) {
+  } else if (s->ended || answered) {
     ch.exec_set = IDEM__EXEC_ENDED;
     ch.settle_from = now_ms(s);
   }

@@ -11,6 +11,8 @@
 */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,9 @@ enum {
   MODE_QUEUED, /* the seed's case: the tool hands the refund to the       */
                /* provider's queue, its own client gives up at once (the  */
                /* tool returns UNKNOWN), the refund lands stall_ms later */
-  MODE_LOST    /* the same, but the queue loses it: it never lands        */
+  MODE_LOST,   /* the same, but the queue loses it: it never lands        */
+  MODE_LOST_THEN_REFUSED /* the first call as MODE_LOST, every later one  */
+                         /* refused before sending (not applied)          */
 };
 
 typedef struct provider {
@@ -98,6 +102,8 @@ static int refund_run(void *ctx, const char *key, const char *args, size_t len,
   P.calls++;
   mode = P.mode;
   stall = P.stall_ms;
+  if (mode == MODE_LOST_THEN_REFUSED) mode = P.calls == 1 ? MODE_LOST
+                                                         : MODE_FAIL_BEFORE;
   if (mode == MODE_FAIL_BEFORE) {
     pthread_mutex_unlock(&P.mu);
     *error = dupz("connection refused");
@@ -1002,6 +1008,61 @@ static void test_ended_not_finished(void) {
   e = call(g, "end", "c1", "refund_payment", ARGS, 1, "outcome_unknown");
   free(e);
   CHECK_INT(calls(), 3); /* retries 2, each ended without a verdict */
+  /* ... and a retry's own "not applied" speaks for the retry only: the
+  ** first attempt may still land, so a re-issue under a new key (which
+  ** the provider's dedupe cannot catch) stays fenced */
+  provider_reset(MODE_LOST_THEN_REFUSED, 0);
+  e = call(g, "enr", "c1", "refund_payment", ARGS, 1, "outcome_unknown");
+  HASNT(e, "safe to call");
+  free(e);
+  CHECK_INT(calls(), 3);
+  if ((r = record(g, "enr", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+    CHECK(r->settle_from > 0); /* the first attempt may land */
+  }
+  idem_record_free(r);
+  next_turn();
+  e = call(g, "enr", "c2", "refund_payment", ARGS, 1, "outcome_unknown");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  free(e);
+  CHECK_INT(calls(), 3);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* Under provider_dedupes, an attempt whose executor died (a process of
+** this machine, no process group of its own) no longer runs: a retry with
+** its key is harmless, and runs, though the attempt may still land; the
+** provider keeps one refund per key. */
+static void test_dead_executor_dedupe(void) {
+  idem_policy *p = late_policy(3000, 2, 1, -1, 1);
+  idem_guard *g = open_guard(p);
+  idem_call c = {sizeof c, "ded", "c1", "refund_payment", ARGS, strlen(ARGS),
+                 NULL, 0};
+  char url[4200];
+  int status = -1;
+  pid_t pid;
+  char *e;
+  snprintf(url, sizeof url, "%s", idem_guard_log(g));
+  fflush(NULL);
+  if ((pid = fork()) == 0) { /* an executor that dies mid-call */
+    idem_guard *cg = NULL;
+    idem_step *s = NULL;
+    if (idem_guard_open(url, p, &cg) != IDEM_OK ||
+        idem_guard_begin(cg, &c, &s) != IDEM_OK ||
+        idem_step_next(s) != IDEM_NEXT_EXECUTE)
+      _exit(1);
+    _exit(0); /* the record pending, its attempt started, no answer */
+  }
+  CHECK(pid > 0);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+        WEXITSTATUS(status) == 0);
+  provider_reset(MODE_OK, 0);
+  P.dedupe = 1;
+  e = call(g, "ded", "c1", "refund_payment", ARGS, 1, "succeeded");
+  HASNT(e, "\"replayed\":true");
+  free(e);
+  CHECK_INT(calls(), 1);
   idem_guard_close(g);
   idem_policy_free(p);
 }
@@ -1545,6 +1606,7 @@ int main(int argc, char **argv) {
   test_two_phase_inflight();
   test_ended_not_finished();
   test_own_check();
+  test_dead_executor_dedupe();
   test_resolve_api();
   test_late_word_of_an_older_attempt();
   test_recover_inflight();
