@@ -6,11 +6,18 @@ moment (the front end alone, the executor `idem __run` alone, or every
 process of the call) or at a named crash point (IDEM_CRASH_AT), or not at
 all; then resumed with the same session, call id and arguments until it
 answers something final; then re-issued once with a NEW call id (the model
-calling again); then, once every process of the trial is gone, the provider's
-ledger is read.  A trial fails when the refund was applied twice (a double)
-or when idem said it was applied and it was not (a lost action).
+calling again); then, once every process of the trial is gone and the remote
+provider's queue holds nothing of it, the providers' ledgers are read.  A
+trial fails when the refund was applied twice (a double) or when idem said
+it was applied and it was not (a lost action).
+
+The provider is local (a command that writes the ledger itself: ok, late,
+fail) or remote (mode "remote": the command hands the refund to a provider
+daemon outside the trial's processes, which applies it 0.1-0.6 s later,
+and gives up after its own 30-300 ms with exit 75: ended, not finished).
 
     tests/torture/torture.py [-n TRIALS] [-j JOBS] [--seed S] [--log URL]
+                             [--modes ok,late,fail,remote]
                              [--idem PATH] [--json FILE] [--keep]
 
 Standard library only.  See tests/torture/README.md.
@@ -30,11 +37,19 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-MODES = ("ok", "late", "fail")
+MODES = ("ok", "late", "fail", "remote")
+# the remote provider's queue: it applies a request this long after it got
+# it; the command gives up after its own REMOTE_GIVEUP; the remote tool's
+# settle_ms is above the longest delay (SPEC §6a: the policy tells the truth)
+REMOTE_DELAY_MS = (100, 600)
+REMOTE_GIVEUP_MS = (30, 300)
+REMOTE_SETTLE_MS = 1500
 CRASH_POINTS = ("after_pending_commit", "after_downstream_return",
                 "before_outcome_commit", "after_outcome_commit")
 # kill kinds, with their weights
@@ -54,6 +69,8 @@ class Interrupted(Exception):
 #   late            sleep $LATE seconds FIRST, then apply and answer
 #   REFUND_DEDUPE=1 apply a key at most once (checked under the ledger lock)
 # Used when the repository's refund.sh lacks either.
+# (Both write the ledger themselves: their effects end with their process
+# group, which their policy says with settle_ms 0.)
 PROVIDER_SH = r"""#!/bin/sh
 # torture.py's copy of tests/tools/refund.sh, with `late` and REFUND_DEDUPE.
 set -u
@@ -77,6 +94,33 @@ case "${REFUND_MODE:-ok}" in
   crash) kill -9 $$ ;;
 esac
 printf '{"refund_id":"re_%s","args":%s}\n' "$n" "$args"
+"""
+
+# The remote command: the request goes to the provider daemon (its own
+# session, outside every process of the trial), which applies it
+# $REMOTE_DELAY_MS later whatever becomes of the caller; curl gives up
+# after $REMOTE_GIVEUP seconds.  curl 6 and 7 sent nothing: exit 100 (not
+# applied); an answer: 0; anything else (28, its own timeout): exit 75,
+# which the policy does not map - unknown, an end without a verdict.
+REMOTE_SH = r"""#!/bin/sh
+# torture.py's remote refund: hand it to the provider's queue
+curl -s -f --max-time "$REMOTE_GIVEUP" -X POST -H "Idempotency-Key: $IDEM_KEY" \
+  --data-binary @- "$REMOTE_URL/refunds?delay_ms=$REMOTE_DELAY_MS"
+case $? in
+  0) exit 0 ;;
+  6|7) exit 100 ;;
+  *) exit 75 ;;
+esac
+"""
+
+# Its status check asks the provider by the key: 200 applied, 404 not (yet).
+REMOTE_STATUS_SH = r"""#!/bin/sh
+curl -s -f --max-time 2 "$REMOTE_URL/refunds/$IDEM_KEY"
+case $? in
+  0) exit 0 ;;
+  22) exit 100 ;;
+  *) exit 1 ;;
+esac
 """
 
 
@@ -179,25 +223,28 @@ def kill_all(marker, rounds=20):
 class Ctx:
     """What every trial of a run shares."""
 
-    def __init__(self, opts, tmp, provider, policies, log, tag):
+    def __init__(self, opts, tmp, provider, policies, log, tag, remote=None):
         self.opts = opts
         self.tmp = tmp
         self.provider = provider
         self.policies = policies
         self.log = log
         self.tag = tag
+        self.remote = remote  # the RemoteProvider, when a trial needs it
 
 
-def plan_trial(seed, i):
+def plan_trial(seed, i, modes=MODES):
     """The random choices of trial i, from the run's seed alone (so that
     `--seed S --only I` replays them)."""
     r = random.Random("%s/%d" % (seed, i))
     kinds = [k for k, w in KILLS for _ in range(w)]
     kill = r.choice(kinds)
+    mode = r.choice(modes)
     p = {
         "trial": i,
-        "mode": r.choice(MODES),
-        "dedupe": i % 2 == 1,
+        "mode": mode,
+        # the remote provider never dedupes
+        "dedupe": i % 2 == 1 and mode != "remote",
         # told: SPEC 6.4's fence; window: repeat_window_s as well; settle:
         # the told fence with settle_ms 300 (SPEC 6a)
         "fence": r.choice(("told", "window", "settle")),
@@ -206,11 +253,26 @@ def plan_trial(seed, i):
         "retry_sleeps": [round(r.uniform(0.1, 0.3), 3) for _ in range(16)],
     }
     p["late"] = round(r.uniform(0.3, 0.6), 3) if p["mode"] == "late" else None
+    # remote: each call's queue delay and client deadline (ms), by call
+    if mode == "remote":
+        p["remote"] = [(r.randint(*REMOTE_DELAY_MS), r.randint(*REMOTE_GIVEUP_MS))
+                       for _ in range(24)]
+    else:
+        p["remote"] = None
     # a kill while something of the trial still runs: an answer at once takes
-    # some 50 ms, a late one its hang and a little more
-    p["kill_at"] = round(r.uniform(0.0, (p["late"] or 0.0) + 0.08), 3)
+    # some 50 ms, a late one its hang and a little more, a remote one its
+    # client's deadline
+    hang = p["late"] or (p["remote"][0][1] / 1000.0 if p["remote"] else 0.0)
+    p["kill_at"] = round(r.uniform(0.0, hang + 0.08), 3)
     p["crash_at"] = r.choice(CRASH_POINTS) if kill == "crash" else None
     return p
+
+
+def plan_record(p, ncalls):
+    """The plan as the results keep it: the remote draws of the calls made."""
+    out = {k: v for k, v in p.items() if k not in ("retry_sleeps", "remote")}
+    out["remote"] = p["remote"][:max(1, ncalls)] if p.get("remote") else None
+    return out
 
 
 def kill_label(p):
@@ -235,10 +297,12 @@ class Trial:
         open(self.ledger, "w").close()
         self.marker = ("%s:%d" % (ctx.tag, i))
         self.marker_b = ("%s=%s" % (MARKER_VAR, self.marker)).encode()
-        self.policy = ctx.policies[(plan["dedupe"], plan["fence"])]
+        self.remote = plan["mode"] == "remote"
+        self.policy = ctx.policies[(self.remote, plan["dedupe"], plan["fence"])]
         self.env = dict(os.environ)
         for k in ("IDEM_CRASH_AT", "IDEM_LOG", "REFUND_MODE", "LATE",
-                  "REFUND_DEDUPE", "STALL"):
+                  "REFUND_DEDUPE", "STALL", "REMOTE_URL", "REMOTE_DELAY_MS",
+                  "REMOTE_GIVEUP"):
             self.env.pop(k, None)
         self.env.update({
             "LEDGER": self.ledger,
@@ -248,6 +312,8 @@ class Trial:
         })
         if plan["late"] is not None:
             self.env["LATE"] = "%.3f" % plan["late"]
+        if self.remote:
+            self.env["REMOTE_URL"] = ctx.remote.url
         self.t0 = None
         self.events = []
         self.ncalls = 0
@@ -262,9 +328,10 @@ class Trial:
 
     def argv(self, call):
         o = self.ctx.opts
+        provider = self.ctx.remote.command if self.remote else self.ctx.provider
         return [o.idem, "exec", "--log", self.ctx.log, "--policy", self.policy,
                 "--session", self.session, "--call", call, "--tool", "refund",
-                "--args", self.args_json, "--", "sh", self.ctx.provider]
+                "--args", self.args_json, "--", "sh", provider]
 
     def spawn(self, call, crash_at=None):
         if STOP.is_set():
@@ -274,6 +341,10 @@ class Trial:
         env = self.env
         if crash_at:
             env = dict(env, IDEM_CRASH_AT=crash_at)
+        if self.remote:
+            delay, giveup = self.p["remote"][(n - 1) % len(self.p["remote"])]
+            env = dict(env, REMOTE_DELAY_MS=str(delay),
+                       REMOTE_GIVEUP="%.3f" % (giveup / 1000.0))
         out = open(os.path.join(self.dir, "call%d.out" % n), "wb")
         err = open(os.path.join(self.dir, "call%d.err" % n), "wb")
         # files, not pipes: a pipe would also wait for every process that
@@ -385,11 +456,14 @@ class Trial:
             time.sleep(self.p["retry_sleeps"][(tries - 1) % 16])
 
     def settle(self, bound=30.0):
-        """Wait until no process of the trial is left (late applications
-        land); kill what is still there after the bound."""
+        """Wait until no process of the trial is left and the remote
+        provider's queue holds nothing of it (late applications land); kill
+        what is still there after the bound."""
         end = time.monotonic() + bound
         while time.monotonic() < end and not STOP.is_set():
-            if not marked_pids(self.marker_b):
+            if not marked_pids(self.marker_b) and (
+                    not self.remote
+                    or self.ctx.remote.pending(self.session + ":") == 0):
                 return []
             time.sleep(0.05)
         left = kill_all(self.marker_b)
@@ -408,8 +482,13 @@ class Trial:
             return None
 
     def ledger_lines(self):
+        """Every application of this trial: its own ledger's lines (the
+        local provider) and the remote provider's lines of its session."""
         with open(self.ledger) as f:
-            return [l.strip() for l in f if l.strip()]
+            lines = [l.strip() for l in f if l.strip()]
+        if self.ctx.remote:
+            lines += self.ctx.remote.lines(self.session + ":")
+        return lines
 
     def run(self):
         self.t0 = time.monotonic()
@@ -503,7 +582,7 @@ class Trial:
         if stragglers:
             errors.append({"what": "processes left after 30 s", "pids": stragglers})
         return {
-            "plan": {k: v for k, v in p.items() if k != "retry_sleeps"},
+            "plan": plan_record(p, self.ncalls),
             "kill_label": kill_label(p), "mode_label": mode_label(p),
             "session": self.session, "keys": [k1, k2],
             "ledger": lines, "applications": len(lines),
@@ -533,7 +612,7 @@ def run_trial(ctx, plan):
         kill_all(t.marker_b)
         if isinstance(e, Interrupted):
             return None
-        return {"plan": {k: v for k, v in plan.items() if k != "retry_sleeps"},
+        return {"plan": plan_record(plan, t.ncalls),
                 "kill_label": kill_label(plan), "mode_label": mode_label(plan),
                 "session": t.session, "double": False, "lost": False,
                 "unresolved": False, "false_failed": False, "ok": False,
@@ -544,6 +623,70 @@ def run_trial(ctx, plan):
                 "events": t.events, "ledger": [], "applications": 0,
                 "first": None, "last": None, "final": None, "fresh": None, "resumes": 0,
                 "keys": [], "log": {}}
+
+
+# ---- the remote provider ---------------------------------------------------------
+
+class RemoteProvider:
+    """The provider of mode "remote": tests/tools/remote_provider.py, one
+    daemon for the whole run, in a session of its own and without the
+    trials' marker - no kill of a trial reaches it, and nothing a trial's
+    executor can see says when it will apply what it was sent.  It never
+    dedupes; its ledger is one file for every trial, a line per
+    application (the key, whose session names the trial)."""
+
+    def __init__(self, tmp):
+        self.ledger = os.path.join(tmp, "remote-ledger")
+        self.command = os.path.join(tmp, "remote.sh")
+        self.status = os.path.join(tmp, "remote_status.sh")
+        for path, text in ((self.command, REMOTE_SH),
+                           (self.status, REMOTE_STATUS_SH)):
+            with open(path, "w") as f:
+                f.write(text)
+        port_file = os.path.join(tmp, "remote-port")
+        env = {k: v for k, v in os.environ.items() if k != MARKER_VAR}
+        self.err = open(os.path.join(tmp, "remote-provider.err"), "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(REPO, "tests", "tools",
+                                          "remote_provider.py"),
+             "--ledger", self.ledger, "--port-file", port_file],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=self.err, env=env, start_new_session=True)
+        port = None
+        for _ in range(200):
+            try:
+                with open(port_file) as f:
+                    port = int(f.read().strip())
+                break
+            except (OSError, ValueError):
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+        if port is None:
+            self.stop()
+            sys.exit("torture: the remote provider did not start")
+        self.url = "http://127.0.0.1:%d" % port
+
+    def pending(self, prefix):
+        """Requests of keys starting with prefix queued, not yet applied."""
+        q = urllib.parse.urlencode({"prefix": prefix})
+        with urllib.request.urlopen("%s/pending?%s" % (self.url, q),
+                                    timeout=10) as r:
+            return json.loads(r.read())["pending"]
+
+    def lines(self, prefix):
+        with open(self.ledger) as f:
+            return [l.strip() for l in f if l.startswith(prefix) and l.endswith("\n")]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.err.close()
 
 
 # ---- setup -------------------------------------------------------------------------
@@ -557,32 +700,45 @@ def repo_provider_ok(path):
     return "late)" in text and "REFUND_DEDUPE" in text
 
 
-def write_policies(tmp, opts):
+def write_policies(tmp, opts, remote):
+    """The policies, by (remote, dedupe, fence).  Each tells the truth of
+    its provider (SPEC §6a): the local one's effects end with its process
+    group (settle_ms 0; the settle fence's 300 ms bound holds too, the
+    runner kills the command then); the remote one's land up to
+    REMOTE_DELAY_MS after the request, whatever became of the command
+    (settle_ms REMOTE_SETTLE_MS, whatever the fence)."""
     status = "sh %s" % os.path.join(REPO, "tests", "tools", "refund_status.sh")
     if opts.status:
         status = opts.status
     out = {}
-    for dedupe in (False, True):
+    kinds = [(False, False), (False, True)]
+    if remote:
+        kinds.append((True, False))
+    for is_remote, dedupe in kinds:
         for fence in ("told", "window", "settle"):
             rule = {"class": "guarded", "timeout_ms": opts.timeout_ms,
                     "retries": 1, "backoff_ms": 20,
-                    "status": {"command": status}}
+                    "status": {"command": "sh %s" % remote.status
+                               if is_remote else status}}
             if dedupe:
                 rule["provider_dedupes"] = True
             if fence == "window":
                 rule["repeat_window_s"] = 3600
-            if fence == "settle":
-                rule["settle_ms"] = 300
+            if is_remote:
+                rule["settle_ms"] = REMOTE_SETTLE_MS
+            else:
+                rule["settle_ms"] = 300 if fence == "settle" else 0
             pol = {"unknown_tools": "refuse", "tools": {"refund": rule}}
             path = os.path.join(tmp, "policy-%s-%s.json" % (
-                "dedupe" if dedupe else "plain", fence))
+                "remote" if is_remote else "dedupe" if dedupe else "plain",
+                fence))
             with open(path, "w") as f:
                 json.dump(pol, f, indent=1)
             r = subprocess.run([opts.idem, "policy", "check", path],
                                capture_output=True, text=True)
             if r.returncode != 0:
                 sys.exit("torture: the policy is refused: %s%s" % (r.stdout, r.stderr))
-            out[(dedupe, fence)] = path
+            out[(is_remote, dedupe, fence)] = path
     return out
 
 
@@ -624,11 +780,13 @@ def table(title, rows, key):
 def print_failure(r, seed, ctx):
     p = r["plan"]
     print("FAIL trial %d (seed %s): kill=%s mode=%s fence=%s kill_at=%s "
-          "late=%s resume_pause=%s" % (p["trial"], seed, r["kill_label"],
-                                       r["mode_label"], p["fence"], p["kill_at"],
-                                       p["late"], p["resume_pause"]))
-    print("  replay: %s --seed %s --only %d --idem %s%s" % (
-        sys.argv[0], seed, p["trial"], ctx.opts.idem,
+          "late=%s resume_pause=%s%s" % (
+              p["trial"], seed, r["kill_label"], r["mode_label"], p["fence"],
+              p["kill_at"], p["late"], p["resume_pause"],
+              " remote(delay_ms,giveup_ms)=%s" % p["remote"] if p.get("remote")
+              else ""))
+    print("  replay: %s --seed %s --only %d --modes %s --idem %s%s" % (
+        sys.argv[0], seed, p["trial"], ctx.opts.modes, ctx.opts.idem,
         " --log '%s'" % redact(ctx.opts.log) if ctx.opts.log else ""))
     for pr in r["problems"]:
         print("  " + pr)
@@ -662,6 +820,9 @@ def main():
                     "REFUND_DEDUPE, else a copy that does)")
     ap.add_argument("--status", help="the status command (default sh "
                     "tests/tools/refund_status.sh)")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="the providers to draw from, comma separated "
+                    "(default %s)" % ",".join(MODES))
     ap.add_argument("--timeout-ms", type=int, default=150,
                     help="the tool's timeout_ms (default 150)")
     ap.add_argument("--tries", type=int, default=8,
@@ -674,6 +835,9 @@ def main():
                     help="no progress line")
     opts = ap.parse_args()
     opts.idem = os.path.abspath(opts.idem)
+    modes = tuple(m for m in opts.modes.split(",") if m)
+    if not modes or any(m not in MODES for m in modes):
+        sys.exit("torture: --modes takes a list of %s" % ",".join(MODES))
     if not os.access(opts.idem, os.X_OK):
         sys.exit("torture: %s is not an executable (build idem or pass --idem)"
                  % opts.idem)
@@ -688,6 +852,7 @@ def main():
     started = time.monotonic()
     results = []
     ctx = None
+    remote = None
     interrupted = False
     try:
         repo_provider = os.path.join(REPO, "tests", "tools", "refund.sh")
@@ -700,14 +865,19 @@ def main():
             with open(provider, "w") as f:
                 f.write(PROVIDER_SH)
         log = opts.log or "sqlite:" + os.path.join(tmp, "torture.db")
-        policies = write_policies(tmp, opts)
-        ctx = Ctx(opts, tmp, provider, policies, log, tag)
         which = (sorted(int(x) for x in opts.only.split(","))
                  if opts.only else range(opts.n))
-        plans = [plan_trial(seed, i) for i in which]
-        print("torture: seed %s, %d trials, -j %d, idem %s, log %s, provider %s"
-              % (seed, len(plans), opts.j, opts.idem,
-                 redact(opts.log) or "sqlite (temp)", provider), flush=True)
+        plans = [plan_trial(seed, i, modes) for i in which]
+        if any(p["mode"] == "remote" for p in plans):
+            remote = RemoteProvider(tmp)
+        policies = write_policies(tmp, opts, remote)
+        ctx = Ctx(opts, tmp, provider, policies, log, tag, remote)
+        print("torture: seed %s, %d trials, -j %d, idem %s, log %s, modes %s, "
+              "provider %s%s" % (
+                  seed, len(plans), opts.j, opts.idem,
+                  redact(opts.log) or "sqlite (temp)", ",".join(modes),
+                  provider, ", remote provider %s" % remote.url if remote
+                  else ""), flush=True)
         ex = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.j))
         try:
             futs = [ex.submit(run_trial, ctx, p) for p in plans]
@@ -734,6 +904,8 @@ def main():
     finally:
         # whatever an interruption left running
         kill_prefix(("%s=%s:" % (MARKER_VAR, tag)).encode())
+        if remote:
+            remote.stop()
         if opts.keep:
             print("torture: kept %s" % tmp)
         else:
@@ -768,6 +940,7 @@ def main():
             "idem": opts.idem, "log": redact(opts.log) or "sqlite (temp)",
             "provider": ctx.provider if ctx else None,
             "timeout_ms": opts.timeout_ms, "jobs": opts.j,
+            "modes": list(modes),
             "seconds": round(elapsed, 1),
             "by_kill": groups(results, lambda r: r["kill_label"]),
             "by_provider": groups(results, lambda r: r["mode_label"]),
