@@ -11,6 +11,7 @@
 */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -21,6 +22,8 @@
 
 #include "check.h"
 #include "idem.h"
+
+extern char **environ;
 
 /* ---- the provider ----------------------------------------------------------- */
 
@@ -1037,25 +1040,18 @@ static void test_ended_not_finished(void) {
 static void test_dead_executor_dedupe(void) {
   idem_policy *p = late_policy(3000, 2, 1, -1, 1);
   idem_guard *g = open_guard(p);
-  idem_call c = {sizeof c, "ded", "c1", "refund_payment", ARGS, strlen(ARGS),
-                 NULL, 0};
-  char url[4200];
+  char url[4200], self[4200];
+  char *argv[] = {self, "--die-mid-call", url, NULL};
   int status = -1;
-  pid_t pid;
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  pid_t pid = -1;
   char *e;
   snprintf(url, sizeof url, "%s", idem_guard_log(g));
-  fflush(NULL);
-  if ((pid = fork()) == 0) { /* an executor that dies mid-call */
-    idem_guard *cg = NULL;
-    idem_step *s = NULL;
-    if (idem_guard_open(url, p, &cg) != IDEM_OK ||
-        idem_guard_begin(cg, &c, &s) != IDEM_OK ||
-        idem_step_next(s) != IDEM_NEXT_EXECUTE)
-      _exit(1);
-    _exit(0); /* the record pending, its attempt started, no answer */
-  }
-  CHECK(pid > 0);
-  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+  self[n > 0 ? n : 0] = '\0';
+  /* an executor that dies mid-call: this program again, as a process of
+  ** its own (a fork of this threaded one must not open a guard) */
+  CHECK(posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0);
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
         WEXITSTATUS(status) == 0);
   provider_reset(MODE_OK, 0);
   P.dedupe = 1;
@@ -1587,7 +1583,24 @@ static void test_fence_inflight(void) {
   idem_policy_free(pl);
 }
 
+/* test_dead_executor_dedupe's executor: begin the call, and die with
+** its attempt started and no answer. */
+static int die_mid_call(const char *url) {
+  idem_policy *p = late_policy(3000, 2, 1, -1, 1);
+  idem_call c = {sizeof c, "ded", "c1", "refund_payment", ARGS, strlen(ARGS),
+                 NULL, 0};
+  idem_guard *g = NULL;
+  idem_step *s = NULL;
+  if (idem_guard_open(url, p, &g) != IDEM_OK ||
+      idem_guard_begin(g, &c, &s) != IDEM_OK ||
+      idem_step_next(s) != IDEM_NEXT_EXECUTE)
+    _exit(1);
+  _exit(0);
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--die-mid-call") == 0)
+    return die_mid_call(argv[2]);
   if (argc != 2) {
     fprintf(stderr, "usage: test_guard DIR\n");
     return 2;
