@@ -123,6 +123,8 @@ struct idem_step {
   char *session, *call_id, *tool;
   char *turn; /* the model turn that issued the call, or NULL */
   char *key, *fingerprint, *args, *send_args, *fence_key;
+  char *fence_key_v0; /* the fence key as idem wrote it before fence values */
+                      /* were compared by text, when it differs; or NULL    */
   size_t args_len, send_len;
   char *check_args; /* status-check arguments, canonical */
   size_t check_len;
@@ -759,8 +761,19 @@ static int decide_existing(idem_step *s, idem_record *r) {
     ** replayed.)  Then that one decides, as the fence does for a new call */
     if (r->fence_key) {
       idem_record *e = NULL;
+      char *recorded = r->fence_key;
       rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
                                s->rule->coalesce_ms, &e);
+      if (rc == IDEM_NOTFOUND && s->fence_key &&
+          strcmp(recorded, s->fence_key) != 0) {
+        /* recorded under an earlier idem's key (make_fence_key): the call
+        ** that went ahead since has today's */
+        r->fence_key = s->fence_key;
+        rc = s->g->st->vt->fence(s->g->st, r,
+                                 s->rule->repeat_window_s * 1000,
+                                 s->rule->coalesce_ms, &e);
+        r->fence_key = recorded;
+      }
       if (rc == IDEM_OK) {
         idem_record_free(r);
         return decide_fenced(s, e);
@@ -900,6 +913,17 @@ static int decide(idem_step *s) {
   if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
   now = now_ms(s);
   fill_record(s, &rec, now);
+  if (s->fence_key_v0) {
+    /* an action recorded under the key of an earlier idem fences this
+    ** call as well (make_fence_key); no idem writes that key any more, so
+    ** asking before begin misses no action begun meanwhile */
+    rec.fence_key = s->fence_key_v0;
+    rc = st->vt->fence(st, &rec, s->rule->repeat_window_s * 1000,
+                       s->rule->coalesce_ms, &r);
+    if (rc == IDEM_OK) return decide_fenced(s, r);
+    if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
+    rec.fence_key = s->fence_key;
+  }
   rc = st->vt->begin(st, &rec, s->rule->repeat_window_s * 1000,
                      s->rule->coalesce_ms, &what, &r);
   if (rc) return store_fail(s->g, rc);
@@ -950,39 +974,71 @@ static int make_send_args(idem_step *s) {
 }
 
 /* The fence scope: session (or "*" when global), tool, and the fingerprint
-** or the values of the fence fields. */
-static int make_fence_key(idem_step *s) {
+** or the values of the fence fields, into b.  A fence field's value is
+** compared by its TEXT (SPEC §6.4): a scalar goes in as the JSON string of
+** its text - a string's characters, a number's canonical RFC 8785 text,
+** true, false, null (a field the call lacks counts as null) - so 1001 and
+** "1001" are one order, as a tool that formats either into its request
+** sees them; an object or an array as its canonical JSON (it has no text,
+** and its JSON never begins with a quote).  A string's canonical JSON is
+** already the JSON string of its characters, so only a number, true, false
+** or null is written otherwise than before.  v0: the key as idem made it
+** before (every value as its canonical JSON), for the actions recorded
+** then (make_fence_key). */
+static int fence_scope(idem_step *s, idem__buf *b, int v0) {
   const idem__tool_rule *r = s->rule;
-  idem__buf b;
-  char hex[65];
   size_t i, bad;
   int rc;
-  idem__buf_init(&b, s->c->out.cap);
-  rc = idem__canon_string(&b, r->fence_global ? "*" : s->session,
+  rc = idem__canon_string(b, r->fence_global ? "*" : s->session,
                           strlen(r->fence_global ? "*" : s->session), &bad);
-  if (!rc) rc = idem__buf_append(&b, "\n", 1);
-  if (!rc) rc = idem__canon_string(&b, s->tool, strlen(s->tool), &bad);
-  if (!rc) rc = idem__buf_append(&b, "\n", 1);
-  if (!rc && r->nfence == 0) rc = idem__buf_append(&b, s->fingerprint, 64);
-  if (!rc && r->nfence) {
+  if (!rc) rc = idem__buf_append(b, "\n", 1);
+  if (!rc) rc = idem__canon_string(b, s->tool, strlen(s->tool), &bad);
+  if (!rc) rc = idem__buf_append(b, "\n", 1);
+  if (!rc && r->nfence == 0) rc = idem__buf_append(b, s->fingerprint, 64);
+  for (i = 0; !rc && i < r->nfence; i++) {
+    const char *v;
+    size_t vlen;
+    int text;
+    arg_value(s, r->fence[i], strlen(r->fence[i]), &v, &vlen);
+    text = !v0 && *v != '"' && *v != '{' && *v != '[';
+    rc = idem__canon_string(b, r->fence[i], strlen(r->fence[i]), &bad);
+    if (!rc) rc = idem__buf_append(b, text ? "=\"" : "=", text ? 2 : 1);
+    if (!rc) rc = idem__buf_append(b, v, vlen);
+    if (!rc) rc = idem__buf_append(b, text ? "\"\n" : "\n", text ? 2 : 1);
+  }
+  return rc;
+}
+
+/* s->fence_key, the SHA-256 of the fence scope; and s->fence_key_v0 when
+** the key idem made before fence values were compared by text differs
+** (a fence field holds a number, true, false or null): an action recorded
+** then, still in doubt, must go on fencing its re-issues (decide). */
+static int make_fence_key(idem_step *s) {
+  const idem__tool_rule *r = s->rule;
+  idem__buf b, b0;
+  char hex[65], hex0[65];
+  int rc = 0;
+  idem__buf_init(&b, s->c->out.cap);
+  idem__buf_init(&b0, s->c->out.cap);
+  if (r->nfence) {
     idem__canon_opt opt = {0, NULL, 0, 0, 0};
     opt.max_depth = s->c->max_depth;
     rc = idem__canon_run(s->c, s->args, s->args_len, &opt);
-    for (i = 0; !rc && i < r->nfence; i++) {
-      const char *v;
-      size_t vlen;
-      arg_value(s, r->fence[i], strlen(r->fence[i]), &v, &vlen);
-      rc = idem__canon_string(&b, r->fence[i], strlen(r->fence[i]), &bad);
-      if (!rc) rc = idem__buf_append(&b, "=", 1);
-      if (!rc) rc = idem__buf_append(&b, v, vlen);
-      if (!rc) rc = idem__buf_append(&b, "\n", 1);
-    }
   }
+  if (!rc) rc = fence_scope(s, &b, 0);
+  if (!rc && r->nfence) rc = fence_scope(s, &b0, 1);
   if (!rc) rc = idem__sha256_hex(s->c, b.p, b.len, hex);
+  if (!rc && r->nfence &&
+      (b0.len != b.len || memcmp(b0.p, b.p, b.len) != 0))
+    rc = idem__sha256_hex(s->c, b0.p, b0.len, hex0);
+  else
+    hex0[0] = '\0';
   idem__buf_free(&b);
+  idem__buf_free(&b0);
   if (rc) return rc;
   s->fence_key = idem__strdup(hex);
-  return s->fence_key ? IDEM_OK : IDEM_NOMEM;
+  if (s->fence_key && hex0[0]) s->fence_key_v0 = idem__strdup(hex0);
+  return s->fence_key && (!hex0[0] || s->fence_key_v0) ? IDEM_OK : IDEM_NOMEM;
 }
 
 /* ---- the public face ------------------------------------------------------ */
@@ -1795,6 +1851,7 @@ void idem_step_free(idem_step *s) {
   idem__free(s->args);
   idem__free(s->send_args);
   idem__free(s->fence_key);
+  idem__free(s->fence_key_v0);
   idem__free(s->check_args);
   idem_record_free(s->earlier);
   idem__free(s->why);

@@ -1421,6 +1421,10 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
       if (i) say(t, "%s", i == r->nfence - 1 ? " and " : ", ");
       say_name(t, r->fence[i], 1);
     }
+    say(t, " (compared by text, as a tool formats a value into its "
+           "request: 1001 and \"1001\" are one value, true and \"true\" "
+           "too, and null, \"null\" and a missing argument; an object or "
+           "an array must be the same JSON)");
   }
   say(t, ", is held while the earlier call is in flight, in doubt, or its "
          "outcome has not yet been told to the model. idem waits for or "

@@ -165,7 +165,9 @@ expect_rc 0 "explain a guarded tool"
 for said in "refund_payment is guarded" "the same session, the same tool-call id" \
   'leaving out the argument "idempotency_key"' 'the same value of "order_id"' \
   "8000 ms to answer" "outcome unknown" "status tool get_refund_status" \
-  "Reconciling gives up after 8000 ms" "604800 s (7 days)"; do
+  "Reconciling gives up after 8000 ms" "604800 s (7 days)" \
+  '"order_id" (compared by text' '1001 and "1001" are one value' \
+  'null, "null" and a missing argument'; do
   expect_said "$said" "explain refund_payment"
 done
 long=$(awk 'length($0) > 76' "$T/out" | head -1)

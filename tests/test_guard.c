@@ -1598,6 +1598,202 @@ static int die_mid_call(const char *url) {
   _exit(0);
 }
 
+/* ---- issue 27: the fence compares a field's text -------------------------------- */
+
+/* With "fence": ["order_id"], an in-doubt refund of order 1001 re-issued
+** as "1001" is the same order: the tool formats both into one request
+** (SPEC §6.4: a fence field's scalar is compared by its text).  The
+** fingerprint and the key stay exact. */
+static const char *FENCE_TEXT_POLICY =
+    "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\",\"timeout_ms\":300,"
+    "\"retries\":0,\"backoff_ms\":1,\"wait_ms\":300,\"settle_ms\":0,"
+    "\"coalesce_ms\":0,\"fence\":[\"order_id\"],"
+    "\"status\":{\"tool\":\"get_refund_status\","
+    "\"arguments\":{\"order_id\":\"{order_id}\"}}},"
+    "\"get_refund_status\":{\"class\":\"read_only\"}}}";
+
+/* The fence key of record (session, call_id), into out ("" when none). */
+static void fence_of(idem_guard *g, const char *session, const char *call_id,
+                     char out[65]) {
+  idem_record *r = record(g, session, call_id);
+  snprintf(out, 65, "%s", r && r->fence_key ? r->fence_key : "");
+  idem_record_free(r);
+}
+
+/* Run args as (session, call_id) to its end, the tool applying it. */
+static void run_applied(idem_guard *g, const char *session,
+                        const char *call_id, const char *args) {
+  idem_call c = {sizeof c, session, call_id, "refund_payment", args,
+                 strlen(args), NULL, 0};
+  idem_step *s = NULL;
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{}", 2, NULL), IDEM_OK);
+  CHECK_INT(idem_step_delivered(s), IDEM_OK);
+  idem_step_free(s);
+}
+
+static void test_fence_by_text(void) {
+  static const struct {
+    const char *a, *b;
+    int same;
+  } pair[] = {
+      {"{\"order_id\":1001}", "{\"order_id\":\"1001\"}", 1},
+      {"{\"order_id\":1001.0}", "{\"order_id\":\"1001\"}", 1},
+      {"{\"order_id\":1e3}", "{\"order_id\":\"1000\"}", 1},
+      {"{\"order_id\":1e21}", "{\"order_id\":\"1e+21\"}", 1},
+      {"{\"order_id\":true}", "{\"order_id\":\"true\"}", 1},
+      {"{\"order_id\":false}", "{\"order_id\":\"false\"}", 1},
+      {"{\"order_id\":null}", "{\"order_id\":\"null\"}", 1},
+      {"{\"amount_cents\":1}", "{\"order_id\":null}", 1}, /* absent: null */
+      {"{\"order_id\":\"1001.0\"}", "{\"order_id\":1001}", 0},
+      {"{\"order_id\":\" 1001\"}", "{\"order_id\":1001}", 0},
+      {"{\"order_id\":true}", "{\"order_id\":\"True\"}", 0},
+      {"{\"order_id\":{\"id\":1}}", "{\"order_id\":\"{\\\"id\\\":1}\"}", 0},
+      {"{\"order_id\":[1001]}", "{\"order_id\":\"[1001]\"}", 0},
+      {"{\"order_id\":[1001]}", "{\"order_id\":1001}", 0},
+  };
+  idem_policy *p = policy(FENCE_TEXT_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_call c1 = {sizeof c1, "ft1", "c1", "refund_payment",
+                  "{\"order_id\":1001,\"amount_cents\":6000}", 0, NULL, 0};
+  idem_call c2 = {sizeof c2, "ft1", "c2", "refund_payment",
+                  "{\"order_id\":\"1001\",\"amount_cents\":6000}", 0, NULL, 0};
+  char f1[65], f2[65], sess[32];
+  idem_record *r1, *r2;
+  idem_step *s = NULL;
+  const char *env;
+  size_t i, len;
+  c1.args_len = strlen(c1.args);
+  c2.args_len = strlen(c2.args);
+
+  /* order 1001 in doubt; its re-issue as "1001" is held, not run */
+  left_unknown(g, &c1, 0);
+  CHECK_INT(idem_guard_begin(g, &c2, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK); /* not EXECUTE */
+  CHECK(idem_step_check_key(s) && strstr(idem_step_check_key(s), ":c1:"));
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_UNKNOWN, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  env = idem_step_envelope(s, &len);
+  HAS(env, "\"duplicate_of\":\"c1\"");
+  idem_step_free(s);
+  s = NULL;
+  /* the fingerprint and the key stay exact: one fence, two fingerprints */
+  r1 = record(g, "ft1", "c1");
+  r2 = record(g, "ft1", "c2");
+  if (r1 && r2) {
+    CHECK(strcmp(r1->fingerprint, r2->fingerprint) != 0);
+    CHECK(strcmp(r1->key, r2->key) != 0);
+    CHECK_STR(r1->fence_key, r2->fence_key);
+  }
+  idem_record_free(r1);
+  idem_record_free(r2);
+  /* so the call id c1 reused with "1001" is a conflict */
+  c1.args = c2.args;
+  c1.args_len = c2.args_len;
+  CHECK_INT(idem_guard_begin(g, &c1, &s), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_CONFLICT);
+  idem_step_free(s);
+  s = NULL;
+
+  /* which values are one order, and which are not */
+  for (i = 0; i < sizeof pair / sizeof *pair; i++) {
+    snprintf(sess, sizeof sess, "ftp%zu", i);
+    run_applied(g, sess, "a", pair[i].a);
+    run_applied(g, sess, "b", pair[i].b);
+    fence_of(g, sess, "a", f1);
+    fence_of(g, sess, "b", f2);
+    CHECK(f1[0] && f2[0]);
+    if ((strcmp(f1, f2) == 0) != pair[i].same) {
+      fprintf(stderr, "fence: %s and %s should be %s\n", pair[i].a, pair[i].b,
+              pair[i].same ? "one" : "two");
+      check_failed++;
+    } else
+      check_passed++;
+  }
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* An action recorded by an earlier idem, whose fence key took a value as
+** its canonical JSON (order 2002 as 2002, not "2002"), and still in doubt:
+** it fences a re-issue made after the upgrade, and the call that went
+** ahead once it was found not applied fences its own replay.  The log is
+** written as the earlier idem left it with the sqlite3 shell. */
+static void test_fence_v0(void) {
+  /* SHA-256 of "fl"\n"refund_payment"\n"order_id"=2002\n (the earlier
+  ** key), of the same with "2002" (today's), and of order "ord_1" (a
+  ** string: the same key then and now) */
+  static const char V0[] =
+      "78b59faa72a79e2df7ad71a0290572b6c7e1469150b9bd607f577b1c4ef7b0c2";
+  static const char V1[] =
+      "7b4844181de4f4611da38f7069905748f8cf14e8815d9b1ad4546cc34a87e520";
+  static const char STR[] =
+      "7e7c10c1f0dd68d560250ba6c8df496bb416c50af9502af66f14e2e3f3094d1f";
+  static const char A[] = "{\"order_id\":2002,\"amount_cents\":6000}";
+  idem_policy *p = policy(FENCE_TEXT_POLICY);
+  idem_call c1 = {sizeof c1, "fl", "c1", "refund_payment", A, sizeof A - 1,
+                  NULL, 0};
+  idem_call c2 = c1;
+  idem_guard *g = NULL;
+  idem_step *s = NULL;
+  idem_record *r;
+  char url[4200], cmd[8600], f[65];
+  const char *env, *fk = f;
+  size_t len;
+  c2.call_id = "c2";
+  snprintf(url, sizeof url, "sqlite:%s/fence_v0.db", dir);
+  CHECK_INT(idem_guard_open(url, p, &g), IDEM_OK);
+  left_unknown(g, &c1, 1);
+  fence_of(g, "fl", "c1", f);
+  CHECK_STR(fk, V1);
+  run_applied(g, "fl", "c3", "{\"order_id\":\"ord_1\"}");
+  fence_of(g, "fl", "c3", f);
+  CHECK_STR(fk, STR);
+  idem_guard_close(g);
+  g = NULL;
+  if (system("command -v sqlite3 >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "test_fence_v0: no sqlite3 shell; the log of an earlier "
+                    "idem is not tried\n");
+    idem_policy_free(p);
+    return;
+  }
+  snprintf(cmd, sizeof cmd,
+           "sqlite3 '%s/fence_v0.db' \"UPDATE attempts SET fence_key = '%s' "
+           "WHERE call_id = 'c1'\"",
+           dir, V0);
+  CHECK_INT(system(cmd), 0);
+  CHECK_INT(idem_guard_open(url, p, &g), IDEM_OK);
+  fence_of(g, "fl", "c1", f);
+  CHECK_STR(fk, V0);
+  /* the re-issue after the upgrade is held by c1 and checks it */
+  CHECK_INT(idem_guard_begin(g, &c2, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK(idem_step_check_key(s) && strstr(idem_step_check_key(s), ":c1:"));
+  /* not applied, and nothing of c1 can land (settle_ms 0, it ended): c1
+  ** is released and c2 goes ahead */
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_NOT_APPLIED, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{\"re\":2}", 8, NULL),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  idem_step_free(s);
+  s = NULL;
+  if ((r = record(g, "fl", "c1")) != NULL)
+    CHECK_INT(r->state, IDEM_STATE_NOT_APPLIED);
+  idem_record_free(r);
+  /* c1 replayed: c2 carried it out, so it is answered already_applied
+  ** naming c2, and nothing runs */
+  CHECK_INT(idem_guard_begin(g, &c1, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_ALREADY_APPLIED);
+  env = idem_step_envelope(s, &len);
+  HAS(env, "\"duplicate_of\":\"c2\"");
+  idem_step_free(s);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--die-mid-call") == 0)
     return die_mid_call(argv[2]);
@@ -1625,5 +1821,7 @@ int main(int argc, char **argv) {
   test_recover_inflight();
   test_fence_inflight();
   test_bad_log();
+  test_fence_by_text();
+  test_fence_v0();
   return check_done();
 }
