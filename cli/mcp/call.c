@@ -613,20 +613,31 @@ static gcall *late_for(gw *w, gcall *c) {
   return l;
 }
 
-/* The first text content item of a tool result, made one printable line
-** of at most n-1 bytes (for a message), or "" when it has none. */
+/* t made one printable line of at most n-1 bytes (for a message): control
+** characters become spaces, a run of spaces one (an SDK's message may be
+** indented JSON), and a cut is marked "...". */
+static void one_line(const char *t, char *out, size_t n) {
+  size_t k = 0;
+  for (; *t && k + 4 < n; t++) {
+    char ch = (unsigned char)*t < 0x20 || *t == 0x7f ? ' ' : *t;
+    if (ch != ' ' || !k || out[k - 1] != ' ') out[k++] = ch;
+  }
+  if (*t) memcpy(out + k, "...", 3), k += 3;
+  out[k] = '\0';
+}
+
+/* The first text content item of a tool result as one_line(), or "" when
+** it has none. */
 static void first_text(const json_t *result, char *out, size_t n) {
   const json_t *item;
-  size_t i, k = 0;
+  size_t i;
   out[0] = '\0';
   json_array_foreach(json_object_get(result, "content"), i, item) {
     const char *t = json_string_value(json_object_get(item, "text"));
-    if (!t) continue;
-    for (; *t && k + 4 < n; t++)
-      out[k++] = (unsigned char)*t < 0x20 || *t == 0x7f ? ' ' : *t;
-    if (*t) memcpy(out + k, "...", 3), k += 3;
-    out[k] = '\0';
-    return;
+    if (t) {
+      one_line(t, out, n);
+      return;
+    }
   }
 }
 
@@ -636,9 +647,10 @@ static void first_text(const json_t *result, char *out, size_t n) {
 **
 ** Any answer ENDS the attempt (c->ended); only a verdict FINISHES it (SPEC
 ** §6a): a tool result (applied), a protocol error that proves the request
-** was not processed (rejected), or isError under an on_is_error that makes
-** it one.  Everything else is UNKNOWN - an end without a verdict, after
-** which the request may still land (settle_ms counts from the answer).
+** was not processed (rejected: -32700, -32600, -32601 alone), or isError
+** under an on_is_error that makes it one.  Everything else is UNKNOWN -
+** an end without a verdict, after which the request may still land
+** (settle_ms counts from the answer).
 ** A result must be a CallToolResult: an object, whose content (when there)
 ** is an array and isError (when there) a boolean.  Anything else is a
 ** protocol violation, and says nothing of what the tool did: unknown.
@@ -688,18 +700,24 @@ int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,
     json_t *e = json_object_get(m->root, "error");
     double code = json_number_value(json_object_get(e, "code"));
     const char *msg = json_string_value(json_object_get(e, "message"));
+    char said[240];
+    one_line(msg ? msg : "", said, sizeof said);
     snprintf(err, sizeof err, "the server answered error %.0f: %s", code,
-             msg ? msg : "");
+             said);
     if (mcp_member(line, len, "error", &vs, &ve) == 1) {
       *text = line + vs;
       *tlen = ve - vs;
       *is_error = 1;
     }
-    /* protocol errors: the request was not processed */
-    outcome =
-        code == -32700 || code == -32600 || code == -32601 || code == -32602
-            ? IDEM_OUTCOME_REJECTED
-            : IDEM_OUTCOME_UNKNOWN;
+    /* only a message the server could not read (-32700 parse error,
+    ** -32600 invalid request) or a method it does not have (-32601) proves
+    ** that nothing was processed.  -32602 does not: the official SDK
+    ** answers it when it validates the handler's result AFTER the handler
+    ** ran (an outputSchema, a result that is not a CallToolResult), and a
+    ** server may use it for anything; -32603 and the rest are as unknown */
+    outcome = code == -32700 || code == -32600 || code == -32601
+                  ? IDEM_OUTCOME_REJECTED
+                  : IDEM_OUTCOME_UNKNOWN;
   }
   gw_set_input(c, outcome,
                *is_error || outcome == IDEM_OUTCOME_UNKNOWN ? NULL : *text,

@@ -45,12 +45,14 @@
 ** applied; a result with isError true means what the tool's on_is_error
 ** says - by default unknown (the SDKs answer isError for any exception of
 ** a handler, its own timeout talking to the provider included); a JSON-RPC
-** error with a protocol code (-32700, -32600, -32601, -32602) means the
-** request was not processed (rejected); any other error, a server that
-** exits, or the deadline means unknown.  Ended is not finished (SPEC §6a):
-** an answer ends the attempt, but only a verdict (applied, rejected, not
-** applied) finishes it; after an end without one the request may still
-** land, and a status check's "not applied" means "not yet".
+** error -32700, -32600 or -32601 means the request was not processed
+** (rejected); any other error (-32602 and -32603 included: the official
+** SDK answers -32602 when it validates a result after the handler ran), a
+** server that exits, or the deadline means unknown.  Ended is not
+** finished (SPEC §6a): an answer ends the attempt, but only a verdict
+** (applied, rejected, not applied) finishes it; after an end without one
+** the request may still land, and a status check's "not applied" means
+** "not yet".
 */
 #include <errno.h>
 #include <fcntl.h>

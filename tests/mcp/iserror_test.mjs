@@ -18,78 +18,23 @@
 //  c. on_is_error "not_applied" (the policy's word that this server's
 //     isError means nothing was applied): a verdict, so the call is retried
 //     with its key at once (here against a 503 that did apply nothing).
-import fs from "node:fs";
 import path from "node:path";
-import { spawn, execFileSync } from "node:child_process";
-import { idem, here, check, done, tmpdir, ledgerOf, connect, call, sanitizerSaid } from "./lib.mjs";
+import { here, check, tmpdir, connect, call } from "./lib.mjs";
+import { sleep, startPaysim, refundPolicy, show as showIn, sentLines, statusOf, notRun, closed,
+         finish } from "./paysim.mjs";
 
-const paysim = process.argv[3];
-if (!paysim) {
-  console.error(`usage: node ${process.argv[1]} PATH/TO/idem PATH/TO/idem-paysim`);
-  process.exit(2);
-}
 const dir = tmpdir("iserror");
 const log = `sqlite:${dir}/log.db`;
-const ledger = `${dir}/ledger.jsonl`;
 const sent = `${dir}/sent`;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const show = (session, callId) =>
-  JSON.parse(execFileSync(idem, ["show", "--log", log, "--json", session, callId], { encoding: "utf8" }));
-const refunds = (order) => ledgerOf(ledger).filter((e) => e.order_id === order).length;
-const posts = (key) => (fs.existsSync(sent) ? fs.readFileSync(sent, "utf8").split("\n") : []).filter((k) => k === key).length;
-async function until(what, f, ms = 15000) {
-  const t = Date.now();
-  while (!f()) {
-    if (Date.now() - t > ms) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
+const show = (session, callId) => showIn(log, session, callId);
+const posts = (key) => sentLines(sent, key);
+const sim = await startPaysim(dir);
+const { refunds, mode } = sim;
+const ledger = sim.ledger;
+const policy = (name, extra) => refundPolicy(dir, name, extra);
 
-// the provider, without dedupe: a second POST with a key is a second refund
-const portFile = `${dir}/port`;
-const sim = spawn(paysim, ["--ledger", ledger, "--port", "0", "--port-file", portFile, "--no-dedupe"],
-                  { stdio: ["ignore", "ignore", fs.openSync(`${dir}/paysim.log`, "w")] });
-const simExit = new Promise((r) => sim.once("exit", (code, sig) => r({ code, sig })));
-await until("the provider's port", () => fs.existsSync(portFile));
-const provider = `http://127.0.0.1:${Number(fs.readFileSync(portFile, "utf8"))}`;
-async function mode(m) {
-  const r = await fetch(`${provider}/_mode`, { method: "POST", body: JSON.stringify(m) });
-  if (r.status !== 200) throw new Error(`cannot set mode ${JSON.stringify(m)}: ${r.status}`);
-}
-
-function policy(name, extra = {}) {
-  const file = `${dir}/${name}.policy.json`;
-  fs.writeFileSync(file, JSON.stringify({
-    unknown_tools: "refuse",
-    tools: {
-      refund_payment: {
-        class: "guarded", timeout_ms: 5000, key_arg: "idempotency_key", fence: ["order_id"],
-        status: { tool: "get_refund_status", arguments: { idempotency_key: "{$key}" }, applied_when: "key_present" },
-        ...extra,
-      },
-      get_refund_status: { class: "read_only" },
-    },
-  }));
-  return file;
-}
-
-const server = ["node", path.join(here, "fetch_server.mjs"), provider, sent];
+const server = ["node", path.join(here, "fetch_server.mjs"), sim.url, sent];
 const told = []; // every answer the model got
-const statusOf = (r) => r.structuredContent?.status ?? r._meta?.["io.idem/status"];
-// An answer that ran nothing and says so honestly (SPEC 6a): an error
-// result whose text is the envelope's message, outcome_unknown - never
-// failed, never "safe to call again" (the server's own words it quotes
-// may say "failed": paysim's 503 does).
-function notRun(r) {
-  const env = r.structuredContent;
-  return r.isError === true && env?.status === "outcome_unknown" && r.content?.[0]?.text === env.message &&
-    !/safe to call|did not take effect/i.test(env.message);
-}
-async function closed(tag, gw) {
-  const exit = await gw.close();
-  check(exit.code === 0 && !sanitizerSaid(gw.stderr()), `${tag}: the gateway exits 0, nothing from the sanitizers`,
-        exit, gw.stderr());
-}
 
 // ---- a: the handler's fetch gives up, the provider applies 1 s later
 {
@@ -114,10 +59,10 @@ async function closed(tag, gw) {
         `${tag}: the model's re-issue at once is fenced (outcome_unknown, duplicate_of c1)`, again);
   const t = Date.now() - t0;
   check(refunds("o26") === 0 && t < 1000, `${tag}: ... all while the provider held it (${t} ms, nothing applied yet)`,
-        ledgerOf(ledger));
+        ledger());
 
   await sleep(1600 - (Date.now() - t0)); // the refund lands meanwhile
-  check(refunds("o26") === 1, `${tag}: the provider applied the refund the handler gave up on`, ledgerOf(ledger));
+  check(refunds("o26") === 1, `${tag}: the provider applied the refund the handler gave up on`, ledger());
   const later = await c("c3");
   check(!later.isError && later._meta?.["io.idem/status"] === "already_applied" &&
         later._meta["io.idem/duplicate_of"] === "c1",
@@ -125,7 +70,7 @@ async function closed(tag, gw) {
   const end = await c("c1");
   check(!end.isError && end._meta?.["io.idem/status"] === "succeeded", `${tag}: c1 again: succeeded`, end, show(tag, "c1"));
   check(refunds("o26") === 1 && posts(key) === 1, `${tag}: one refund in the provider's ledger, one POST`,
-        ledgerOf(ledger), posts(key));
+        ledger(), posts(key));
   await closed(tag, gw);
 }
 
@@ -146,7 +91,7 @@ async function closed(tag, gw) {
   await sleep(700 - (Date.now() - t0));
   const past = await c("s3");
   check(!past.isError && statusOf(past) !== "outcome_unknown" && refunds("o26s") === 1,
-        `${tag}: past settle_ms the re-issue runs, once`, past, ledgerOf(ledger));
+        `${tag}: past settle_ms the re-issue runs, once`, past, ledger());
   await closed(tag, gw);
 }
 
@@ -165,10 +110,4 @@ async function closed(tag, gw) {
   await closed(tag, gw);
 }
 
-check(told.every((r) => statusOf(r) !== "failed" && !/safe to call|did not take effect/i.test(JSON.stringify(r))),
-      "the model was never told failed, nor safe to call again");
-sim.kill("SIGTERM");
-const exit = await simExit;
-check(exit.code === 0, "the provider stops cleanly", exit);
-fs.rmSync(dir, { recursive: true, force: true });
-done();
+await finish(told, sim, dir);
