@@ -518,13 +518,9 @@ static int meta_id(const char *line, size_t len, const json_t *meta,
       }
     }
   }
-  snprintf(why, n, "_meta \"%s\" must be a non-empty string or an integer, "
-                   "not %s", name,
-           json_is_number(v)   ? "a fraction"
-           : json_is_object(v) ? "an object"
-           : json_is_array(v)  ? "an array"
-           : json_is_null(v)   ? "null"
-                               : "true or false");
+  snprintf(why, n,
+           "_meta \"%s\" must be a non-empty string or an integer, not %s",
+           name, json_is_number(v) ? "a fraction" : mcp_json_kind(v));
   return -1;
 }
 
@@ -536,8 +532,27 @@ void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
   size_t alen = 0;
   int cls;
   gcall *c;
-  if (!tool) {
-    gw_forward_request(w, line, len, m); /* the server says what is wrong */
+  if (!tool || !*tool) {
+    /* no tool to class, key or record: passed on, it would reach the
+    ** server unguarded (a server that looks its handler up by whatever
+    ** name it is given may act on it), so it stops here */
+    const json_t *name = json_object_get(m->params, "name");
+    const char *what = !m->params             ? "the call has no params"
+                       : json_is_string(name) ? "params.name is empty"
+                                              : NULL;
+    char kind[64];
+    if (!what) {
+      snprintf(kind, sizeof kind, "params.name is %s", mcp_json_kind(name));
+      what = kind;
+    }
+    gw_client_error(w, line + m->id_s, m->id_e - m->id_s, -32602,
+                    "Invalid params: idem: a tools/call needs params.name, "
+                    "the tool's name as a non-empty string, and %s; the tool "
+                    "was not called",
+                    what);
+    cli_err("a tools/call was refused: %s (a tool's name must be a "
+            "non-empty string); nothing was sent to the server",
+            what);
     return;
   }
   cls = gw_tool_class(w, tool);

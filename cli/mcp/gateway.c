@@ -48,8 +48,10 @@
 ** error -32700, -32600 or -32601 means the request was not processed
 ** (rejected); any other error (-32602 and -32603 included: the official
 ** SDK answers -32602 when it validates a result after the handler ran), a
-** server that exits, or the deadline means unknown.  Ended is not
-** finished (SPEC §6a): an answer ends the attempt, but only a verdict
+** server that exits, or the deadline means unknown.  A tools/call whose
+** params.name is not a non-empty string is refused (-32602) and never
+** forwarded: no class, no record, no key could be given to it.  Ended is
+** not finished (SPEC §6a): an answer ends the attempt, but only a verdict
 ** (applied, rejected, not applied) finishes it; after an end without one
 ** the request may still land, and a status check's "not applied" means
 ** "not yet".

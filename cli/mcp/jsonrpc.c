@@ -220,6 +220,16 @@ int mcp_prefix_id(const char *p, size_t n, size_t *vs, size_t *ve) {
   return mcp_member(p, n, "id", vs, ve) == 1;
 }
 
+const char *mcp_json_kind(const json_t *v) {
+  return !v                  ? "missing"
+         : json_is_string(v) ? "a string"
+         : json_is_number(v) ? "a number"
+         : json_is_object(v) ? "an object"
+         : json_is_array(v)  ? "an array"
+         : json_is_null(v)   ? "null"
+                             : "true or false";
+}
+
 int mcp_splice(cli_outbuf *out, const char *line, size_t len, size_t vs,
                size_t ve, const char *repl, size_t rlen) {
   size_t mark = out->len;

@@ -85,6 +85,11 @@ void mcp_msg_free(mcp_msg *m);
 ** span, or 0 when none was found before the cut. */
 int mcp_prefix_id(const char *p, size_t n, size_t *vs, size_t *ve);
 
+/* What kind of JSON value v is, in words for a message: "a string", "a
+** number", "an object", "an array", "null", "true or false"; "missing"
+** for NULL. */
+const char *mcp_json_kind(const json_t *v);
+
 /* Append line with the bytes [vs, ve) replaced by repl, and a newline. */
 int mcp_splice(cli_outbuf *out, const char *line, size_t len, size_t vs,
                size_t ve, const char *repl, size_t rlen);
