@@ -9,7 +9,12 @@
 ** reading - is bounded by the guard's deadline (CURLOPT_TIMEOUT_MS).  The
 ** URL and the header values are the policy's templates, filled by the
 ** library's one template engine (template.c): an argument goes in as its
-** canonical RFC 8785 text, the same text its fingerprint was taken of.
+** canonical RFC 8785 text, the same text its fingerprint was taken of.  An
+** argument never leaves its path segment: the fill refuses "." and ".."
+** (libcurl would resolve "/v1/customers/../refunds" to "/v1/refunds"),
+** before anything is sent, and the path goes out as it was checked
+** (CURLOPT_PATH_AS_IS).  A header value holds no control character but a
+** tab.
 **
 ** libcurl is not linked: it brings some thirty libraries of its own that
 ** every program loading libidem.so would map at start, though few make
@@ -320,6 +325,9 @@ int idem__http_request(const idem__http_rule *h, const char *tool,
   if (!(e = curl_easy_init())) goto nomem;
   cerr[0] = '\0';
   curl_easy_setopt(e, CURLOPT_URL, url.p);
+  /* the path goes out as it was filled and checked: the fill refuses a
+  ** dot segment (template.c), and libcurl rewrites none */
+  curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);

@@ -15,8 +15,16 @@
 **          "{$env:NAME}" the environment variable NAME.  In a URL, an
 **          argument and the key are percent-encoded (every byte outside
 **          A-Z a-z 0-9 - . _ ~); the environment's value goes in as is (it
-**          may hold the scheme and host).  A header value must hold no
-**          line break or NUL, wherever it came from.
+**          may hold the scheme and host).  An argument or the key must
+**          not leave its own path segment: in the URL's path, a value that
+**          is "." or "..", or holds one between slashes ("../x", "a/..",
+**          a backslash too), is refused, and so is a filled URL whose path
+**          has a dot segment at all (".", "..", a dot also as %2E) -
+**          libcurl and servers resolve them (RFC 3986 5.2.4), so
+**          "/v1/customers/../refunds" would go out as "/v1/refunds", and a
+**          server or proxy that decodes %2F first would do the same with
+**          "..%2Fx".  A header value must hold no control character but
+**          a tab (no line break, NUL, ESC, DEL...), wherever it came from.
 **   json   a status tool's "arguments", stored canonical by the policy: a
 **          string token that is exactly "{name}" becomes the argument's
 **          canonical JSON value (null when the call has none), "{$key}"
@@ -49,7 +57,7 @@ int idem__tmpl_args(idem_canon *c, const char *args, size_t len) {
 }
 
 int idem__tmpl_arg(const idem_canon *c, const char *name, size_t n,
-                  const char **v, size_t *vlen) {
+                   const char **v, size_t *vlen) {
   size_t i;
   for (i = 0; i < c->top_members; i++)
     if (idem__member_is(c, &c->mem[i], name, n)) {
@@ -87,22 +95,105 @@ static int put_pct(idem__buf *b, const char *p, size_t n) {
   return rc;
 }
 
-/* Append the value [v, v+n) of placeholder what: percent-encoded (pct), or
-** as is after checking that it can go in a header line. */
-static int put_value(idem__buf *b, const char *v, size_t n, int pct,
+/* Is [p, p+n) a dot segment, "." or "..", a dot also written %2E? */
+static int dot_segment(const char *p, size_t n) {
+  size_t i, dots = 0;
+  for (i = 0; i < n; dots++)
+    if (p[i] == '.')
+      i++;
+    else if (n - i >= 3 && p[i] == '%' && p[i + 1] == '2' &&
+             (p[i + 2] == 'E' || p[i + 2] == 'e'))
+      i += 3;
+    else
+      return 0;
+  return dots == 1 || dots == 2;
+}
+
+/* Does value [v, v+n) hold a dot segment of its own: is it "." or "..", or
+** one of its pieces between slashes (or backslashes, which some servers
+** take for slashes)?  Percent-encoded, its slashes would not cut the URL's
+** path, but a server or proxy that decodes %2F before resolving would. */
+static int dot_piece(const char *v, size_t n) {
+  size_t i, at = 0;
+  for (i = 0; i <= n; i++)
+    if (i == n || v[i] == '/' || v[i] == '\\') {
+      if ((i - at == 1 || i - at == 2) && dot_segment(v + at, i - at)) return 1;
+      at = i + 1;
+    }
+  return 0;
+}
+
+/* Where a placeholder filled at the end of url [u, u+n) lands: 1 in the
+** path (after the scheme and the authority, before any "?" or "#"). */
+static int in_path(const char *u, size_t n) {
+  const char *p = u, *end = u + n;
+  if (memchr(u, '?', n) || memchr(u, '#', n)) return 0;
+  for (; p + 3 <= end; p++)
+    if (memcmp(p, "://", 3) == 0)
+      return memchr(p + 3, '/', (size_t)(end - p - 3)) != NULL;
+  return 1; /* no scheme yet: take it for a path */
+}
+
+/* The first dot segment in the path of url [u, u+n): its offset and
+** length, or 0. */
+static int path_dot(const char *u, size_t n, size_t *at, size_t *len) {
+  size_t i = 0, seg;
+  for (; i + 3 <= n; i++)
+    if (memcmp(u + i, "://", 3) == 0) break;
+  i = i + 3 <= n ? i + 3 : 0;
+  while (i < n && u[i] != '/' && u[i] != '?' && u[i] != '#') i++;
+  while (i < n && u[i] == '/') {
+    for (seg = ++i; i < n && u[i] != '/' && u[i] != '?' && u[i] != '#';) i++;
+    if (dot_segment(u + seg, i - seg)) {
+      *at = seg;
+      *len = i - seg;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Append the value [v, v+n) of placeholder what: percent-encoded (pct),
+** after checking that it stays in its path segment (path); or as is after
+** checking that it can go in a header line. */
+static int put_value(idem__buf *b, const char *v, size_t n, int pct, int path,
                      const char *what, char *err, size_t errn) {
-  if (pct) return put_pct(b, v, n);
-  if (memchr(v, '\r', n) || memchr(v, '\n', n) || memchr(v, '\0', n)) {
-    snprintf(err, errn, "%s holds a line break, which cannot go in a header",
-             what);
+  size_t i;
+  if (pct && path && dot_piece(v, n)) {
+    int shown = n <= 40; /* the value itself, when it is short and plain */
+    for (i = 0; shown && i < n; i++)
+      shown = v[i] >= 0x20 && v[i] < 0x7f && v[i] != '"' && v[i] != '\\';
+    snprintf(err, errn,
+             "%s: the value%s%.*s%s would leave its path segment (\".\" and "
+             "\"..\" are dot segments, which the HTTP client and servers "
+             "resolve: /a/../b is /b), so the request would go to another "
+             "path",
+             what, shown ? " \"" : "", shown ? (int)n : 0, v,
+             shown ? "\"" : "");
     return IDEM_INVALID;
+  }
+  if (pct) return put_pct(b, v, n);
+  for (i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)v[i];
+    if (ch == '\r' || ch == '\n') {
+      snprintf(err, errn, "%s holds a line break, which cannot go in a header",
+               what);
+      return IDEM_INVALID;
+    }
+    if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+      snprintf(err, errn,
+               "%s holds the control character 0x%02X, which cannot go in a "
+               "header",
+               what, ch);
+      return IDEM_INVALID;
+    }
   }
   return idem__buf_append(b, v, n);
 }
 
 /* Append argument [name, name+n) in its canonical text. */
 static int put_arg(const idem_canon *c, idem__buf *b, const char *name,
-                   size_t n, int how, const char *what, char *err,
+                   size_t n, int how, int path, const char *what, char *err,
                    size_t errn) {
   const char *v;
   size_t vlen;
@@ -120,11 +211,12 @@ static int put_arg(const idem_canon *c, idem__buf *b, const char *name,
     return IDEM_INVALID;
   }
   if (*v != '"') /* a number, true, false, null: its canonical text */
-    return put_value(b, v, vlen, how == IDEM__TMPL_URL, what, err, errn);
+    return put_value(b, v, vlen, how == IDEM__TMPL_URL, path, what, err, errn);
   idem__buf_init(&s, vlen + 1); /* decoding never lengthens a string */
   rc = idem__canon_unstring(&s, v, vlen);
   if (!rc)
-    rc = put_value(b, s.p, s.len - 1, how == IDEM__TMPL_URL, what, err, errn);
+    rc = put_value(b, s.p, s.len - 1, how == IDEM__TMPL_URL, path, what, err,
+                   errn);
   idem__buf_free(&s);
   return rc;
 }
@@ -133,21 +225,23 @@ int idem__tmpl_text(const idem_canon *c, idem__buf *b, const char *tmpl,
                     int how, const char *key, char *err, size_t errn) {
   const char *p = tmpl, *open, *close;
   char what[300];
-  int rc = IDEM_OK;
+  size_t base = b->len, at, len;
+  int rc = IDEM_OK, path;
   err[0] = '\0';
   while (!rc && (open = strchr(p, '{')) && (close = strchr(open, '}'))) {
     const char *name = open + 1;
     size_t n = (size_t)(close - name);
     if ((rc = idem__buf_append(b, p, (size_t)(open - p)))) break;
     p = close + 1;
+    path = how == IDEM__TMPL_URL && in_path(b->p + base, b->len - base);
     snprintf(what, sizeof what, "{%.*s}", (int)(n < 200 ? n : 200), name);
     if (n == 4 && memcmp(name, "$key", 4) == 0) {
       if (!key) {
         snprintf(err, errn, "%s: this call has no key", what);
         rc = IDEM_INVALID;
       } else {
-        rc = put_value(b, key, strlen(key), how == IDEM__TMPL_URL, what, err,
-                       errn);
+        rc = put_value(b, key, strlen(key), how == IDEM__TMPL_URL, path, what,
+                       err, errn);
       }
     } else if (n > 5 && memcmp(name, "$env:", 5) == 0) {
       char var[256];
@@ -158,13 +252,22 @@ int idem__tmpl_text(const idem_canon *c, idem__buf *b, const char *tmpl,
                  var);
         rc = IDEM_INVALID;
       } else {
-        rc = put_value(b, v, strlen(v), 0, what, err, errn);
+        rc = put_value(b, v, strlen(v), 0, 0, what, err, errn);
       }
     } else {
-      rc = put_arg(c, b, name, n, how, what, err, errn);
+      rc = put_arg(c, b, name, n, how, path, what, err, errn);
     }
   }
   if (!rc) rc = idem__buf_append(b, p, strlen(p));
+  if (!rc && how == IDEM__TMPL_URL &&
+      path_dot(b->p + base, b->len - base, &at, &len)) {
+    snprintf(err, errn,
+             "the URL filled has the dot segment \"%.*s\" in its path, which "
+             "the HTTP client and servers resolve (/a/../b is /b), so the "
+             "request would go to another path",
+             (int)len, b->p + base + at);
+    rc = IDEM_INVALID;
+  }
   return rc;
 }
 

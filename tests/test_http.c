@@ -28,7 +28,10 @@
 ** request: a URL and a header filled with numbers carry their canonical
 ** RFC 8785 text (0.1, 1e+21, the shortest digits of a long mantissa), not
 ** a printf rendering; a 408 is unknown (an end without a verdict), not
-** rejected, and not sent again.  Without HTTP support: the call fails with a message
+** rejected, and not sent again; an argument "." or ".." never leaves its
+** path segment (refused, nothing sent: at the provider it was a refund
+** through POST /v1/refunds), and a header value with a control character
+** is refused.  Without HTTP support: the call fails with a message
 ** naming the tool and saying so, and nothing is recorded or sent.
 */
 #define _GNU_SOURCE
@@ -358,6 +361,16 @@ static const char POLICY[] =
     /* the server of this file answering 408 */
     " \"note408\": {\"class\": \"guarded\", \"retries\": 2, \"backoff_ms\": 1,\n"
     "  \"http\": {\"url\": \"http://127.0.0.1:%d/s408\"}},\n"
+    /* issue 27: an argument in a path segment of its own (the provider;
+    ** the server of this file, twice) */
+    " \"refund_cust\": {\"class\": \"guarded\", \"timeout_ms\": 1000,\n"
+    "  \"retries\": 0, \"http\": {\"url\":\n"
+    "  \"http://127.0.0.1:%d/v1/customers/{customer_id}/refunds\"}},\n"
+    " \"end_sessions\": {\"class\": \"guarded\", \"retries\": 0,\n"
+    "  \"http\": {\"method\": \"DELETE\", \"url\":\n"
+    "  \"http://127.0.0.1:%d/v1/accounts/{account_id}/sessions?q={q}\"}},\n"
+    " \"hdr\": {\"class\": \"read_only\", \"http\": {\"url\":\n"
+    "  \"http://127.0.0.1:%d/h\", \"headers\": {\"X-Note\": \"{n}\"}}},\n"
     /* a tool without an http rule */
     " \"plain\": {\"class\": \"guarded\"}\n"
     "}}";
@@ -366,7 +379,8 @@ static idem_policy *policy_for(int paysim, int mine) {
   char text[sizeof POLICY + 64];
   idem_policy *p = NULL;
   snprintf(text, sizeof text, POLICY, paysim, paysim, paysim, paysim,
-           paysim, paysim, paysim, paysim, paysim, paysim, mine, mine, mine);
+           paysim, paysim, paysim, paysim, paysim, paysim, mine, mine, mine,
+           paysim, mine, mine);
   if (idem_policy_parse(text, strlen(text), "test policy", &p) != IDEM_OK) {
     fprintf(stderr, "policy: %s\n", p ? idem_policy_errmsg(p) : "no memory");
     exit(1);
@@ -840,6 +854,85 @@ static void refusals(idem_guard *g) {
   CHECK_INT(idem_guard_run(NULL, &call, NULL, &env, &len), IDEM_MISUSE);
 }
 
+/* Issue 27: a model-controlled argument never leaves its own path
+** segment.  "." and ".." are dot segments, which libcurl (and servers)
+** resolve: an argument ".." in POST /v1/customers/{customer_id}/refunds
+** sent POST /v1/refunds - a refund at the provider - and DELETE
+** /v1/accounts/{account_id}/sessions became DELETE /v1/sessions.  They
+** are refused before anything is sent; dots that are no dot segment, and
+** dots in the query, go out as they are.  And a header value holds no
+** control character but a tab (ESC and DEL are refused like line breaks). */
+static void dot_segments(idem_guard *g) {
+  static const struct {
+    const char *tool, *args;
+    const char *sent; /* what the server gets, or NULL: nothing */
+    const char *why;  /* the refusal, when nothing is sent */
+  } v[] = {
+      {"end_sessions", "{\"account_id\":\"..\",\"q\":\"x\"}", NULL,
+       "{account_id}: the value \\\"..\\\" would leave its path segment"},
+      {"end_sessions", "{\"account_id\":\".\",\"q\":\"x\"}", NULL,
+       "{account_id}: the value \\\".\\\" would leave its path segment"},
+      {"end_sessions", "{\"account_id\":\"../x\",\"q\":\"x\"}", NULL,
+       "would leave its path segment"},
+      {"end_sessions", "{\"account_id\":\"a/..\",\"q\":\"x\"}", NULL,
+       "would leave its path segment"},
+      {"end_sessions", "{\"account_id\":\"..\\\\x\",\"q\":\"x\"}", NULL,
+       "would leave its path segment"},
+      {"end_sessions", "{\"account_id\":\"...\",\"q\":\"..\"}",
+       "DELETE /v1/accounts/.../sessions?q=.. ", NULL},
+      {"end_sessions", "{\"account_id\":\"a..b\",\"q\":\"x\"}",
+       "DELETE /v1/accounts/a..b/sessions?q=x ", NULL},
+      {"end_sessions", "{\"account_id\":\"%2E%2E\",\"q\":\"x\"}",
+       "DELETE /v1/accounts/%252E%252E/sessions?q=x ", NULL},
+      {"end_sessions", "{\"account_id\":\"acct_1\",\"q\":\"../..\"}",
+       "DELETE /v1/accounts/acct_1/sessions?q=..%2F.. ", NULL},
+      {"hdr", "{\"n\":\"a\\u001bb\"}", NULL,
+       "{n} holds the control character 0x1B"},
+      {"hdr", "{\"n\":\"a\\u007fb\"}", NULL,
+       "{n} holds the control character 0x7F"},
+      {"hdr", "{\"n\":\"a\\u0001\"}", NULL,
+       "{n} holds the control character 0x01"},
+      {"hdr", "{\"n\":\"a\\u000bb\"}", NULL,
+       "{n} holds the control character 0x0B"},
+      {"hdr", "{\"n\":\"a\\tb \\u00e9\"}", "X-Note: a\tb \xC3\xA9\r\n", NULL},
+  };
+  char heads[16384], id[32], *env = NULL;
+  size_t i;
+  seen w;
+  /* at the provider: ".." would have been POST /v1/refunds */
+  CHECK_INT(run(g, "cu1", "refund_cust",
+                "{\"customer_id\":\"..\",\"order_id\":\"dot1\","
+                "\"amount_cents\":100}",
+                &env, &w),
+            IDEM_OK);
+  CHECK_HAS(env, "\"status\":\"failed\"");
+  CHECK_HAS(env, "{customer_id}: the value \\\"..\\\" would leave its path "
+                 "segment");
+  idem_free(env);
+  CHECK_INT(run(g, "cu2", "refund_cust",
+                "{\"customer_id\":\".\",\"order_id\":\"dot1\","
+                "\"amount_cents\":100}",
+                &env, &w),
+            IDEM_OK);
+  CHECK_HAS(env, "would leave its path segment");
+  idem_free(env);
+  CHECK_INT(refunds("dot1"), 0);
+
+  srv_take(heads, sizeof heads);
+  for (i = 0; i < sizeof v / sizeof *v; i++) {
+    snprintf(id, sizeof id, "ds%zu", i);
+    CHECK_INT(run(g, id, v[i].tool, v[i].args, &env, &w), IDEM_OK);
+    CHECK_HAS(env, v[i].sent ? "\"status\":\"succeeded\""
+                             : "\"status\":\"failed\"");
+    CHECK_INT(srv_take(heads, sizeof heads), v[i].sent ? 1 : 0);
+    if (v[i].sent)
+      CHECK_HAS(heads, v[i].sent);
+    else
+      CHECK_HAS(env, v[i].why);
+    idem_free(env);
+  }
+}
+
 /* A libidem built without HTTP support. */
 static int no_http(const char *dir) {
   char log[4200], heads[16384], *env = (char *)"x";
@@ -908,6 +1001,7 @@ int main(int argc, char **argv) {
   request_timeout(g);
   hooks_and_checks(g);
   refusals(g);
+  dot_segments(g);
   idem_guard_close(g);
   idem_policy_free(p);
   sim_stop();
