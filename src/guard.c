@@ -123,8 +123,8 @@ struct idem_step {
   char *session, *call_id, *tool;
   char *turn; /* the model turn that issued the call, or NULL */
   char *key, *fingerprint, *args, *send_args, *fence_key;
-  char *fence_key_v0; /* the fence key as idem wrote it before fence values */
-                      /* were compared by text, when it differs; or NULL    */
+  char *fence_v0[2]; /* fence keys of an earlier idem, where they differ */
+                     /* (make_fence_key); NULL otherwise                 */
   size_t args_len, send_len;
   char *check_args; /* status-check arguments, canonical */
   size_t check_len;
@@ -769,8 +769,7 @@ static int decide_existing(idem_step *s, idem_record *r) {
         /* recorded under an earlier idem's key (make_fence_key): the call
         ** that went ahead since has today's */
         r->fence_key = s->fence_key;
-        rc = s->g->st->vt->fence(s->g->st, r,
-                                 s->rule->repeat_window_s * 1000,
+        rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
                                  s->rule->coalesce_ms, &e);
         r->fence_key = recorded;
       }
@@ -907,23 +906,24 @@ static int decide(idem_step *s) {
   idem__store *st = s->g->st;
   idem_record *r = NULL, rec;
   long long now;
-  int rc, what = 0;
+  int rc, what = 0, i;
   rc = st->vt->get(st, s->session, s->call_id, &r);
   if (rc == IDEM_OK) return decide_existing(s, r);
   if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
   now = now_ms(s);
   fill_record(s, &rec, now);
-  if (s->fence_key_v0) {
-    /* an action recorded under the key of an earlier idem fences this
-    ** call as well (make_fence_key); no idem writes that key any more, so
+  for (i = 0; i < 2; i++) {
+    /* an action recorded under a key of an earlier idem fences this call
+    ** as well (make_fence_key); no idem writes those keys any more, so
     ** asking before begin misses no action begun meanwhile */
-    rec.fence_key = s->fence_key_v0;
+    if (!s->fence_v0[i]) continue;
+    rec.fence_key = s->fence_v0[i];
     rc = st->vt->fence(st, &rec, s->rule->repeat_window_s * 1000,
                        s->rule->coalesce_ms, &r);
     if (rc == IDEM_OK) return decide_fenced(s, r);
     if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
-    rec.fence_key = s->fence_key;
   }
+  rec.fence_key = s->fence_key;
   rc = st->vt->begin(st, &rec, s->rule->repeat_window_s * 1000,
                      s->rule->coalesce_ms, &what, &r);
   if (rc) return store_fail(s->g, rc);
@@ -973,6 +973,35 @@ static int make_send_args(idem_step *s) {
   return rc;
 }
 
+/* How the fence scope writes a fence field's value (fence_scope). */
+enum {
+  FENCE_TEXT,    /* today's: compared by its text                      */
+  FENCE_V0,      /* an earlier idem's: every value as its canonical JSON */
+  FENCE_V0_BARE, /* the same, of the call that held as a number, true,  */
+                 /* false or null each string whose text is one        */
+};
+
+/* Is the string value [v, v+n) (canonical JSON) the text of a number,
+** true, false or null, written canonically?  *t and *tn: that text. */
+static int scalar_text(const char *v, size_t n, const char **t, size_t *tn) {
+  idem_canon *tc = NULL;
+  const char *out;
+  size_t outn;
+  int is = 0;
+  if (n < 3 || memchr(v, '\\', n)) return 0;
+  *t = v + 1;
+  *tn = n - 2;
+  if ((*tn == 4 && (!memcmp(*t, "true", 4) || !memcmp(*t, "null", 4))) ||
+      (*tn == 5 && !memcmp(*t, "false", 5)))
+    return 1;
+  if (**t != '-' && (**t < '0' || **t > '9')) return 0;
+  if (idem_canon_open(&tc) == IDEM_OK &&
+      idem_canon_json(tc, *t, *tn, &out, &outn) == IDEM_OK)
+    is = outn == *tn && memcmp(out, *t, outn) == 0;
+  idem_canon_close(tc);
+  return is;
+}
+
 /* The fence scope: session (or "*" when global), tool, and the fingerprint
 ** or the values of the fence fields, into b.  A fence field's value is
 ** compared by its TEXT (SPEC §6.4): a scalar goes in as the JSON string of
@@ -982,10 +1011,10 @@ static int make_send_args(idem_step *s) {
 ** sees them; an object or an array as its canonical JSON (it has no text,
 ** and its JSON never begins with a quote).  A string's canonical JSON is
 ** already the JSON string of its characters, so only a number, true, false
-** or null is written otherwise than before.  v0: the key as idem made it
-** before (every value as its canonical JSON), for the actions recorded
-** then (make_fence_key). */
-static int fence_scope(idem_step *s, idem__buf *b, int v0) {
+** or null is written otherwise than an earlier idem wrote it (every value
+** as its canonical JSON: FENCE_V0, for the actions recorded then;
+** make_fence_key). */
+static int fence_scope(idem_step *s, idem__buf *b, int how) {
   const idem__tool_rule *r = s->rule;
   size_t i, bad;
   int rc;
@@ -996,49 +1025,56 @@ static int fence_scope(idem_step *s, idem__buf *b, int v0) {
   if (!rc) rc = idem__buf_append(b, "\n", 1);
   if (!rc && r->nfence == 0) rc = idem__buf_append(b, s->fingerprint, 64);
   for (i = 0; !rc && i < r->nfence; i++) {
-    const char *v;
-    size_t vlen;
-    int text;
+    const char *v, *t;
+    size_t vlen, tn;
+    int quote = 0;
     arg_value(s, r->fence[i], strlen(r->fence[i]), &v, &vlen);
-    text = !v0 && *v != '"' && *v != '{' && *v != '[';
+    if (how == FENCE_TEXT)
+      quote = *v != '"' && *v != '{' && *v != '[';
+    else if (how == FENCE_V0_BARE && *v == '"' &&
+             scalar_text(v, vlen, &t, &tn)) {
+      v = t; /* the string "1001" as the number 1001 */
+      vlen = tn;
+    }
     rc = idem__canon_string(b, r->fence[i], strlen(r->fence[i]), &bad);
-    if (!rc) rc = idem__buf_append(b, text ? "=\"" : "=", text ? 2 : 1);
+    if (!rc) rc = idem__buf_append(b, quote ? "=\"" : "=", quote ? 2 : 1);
     if (!rc) rc = idem__buf_append(b, v, vlen);
-    if (!rc) rc = idem__buf_append(b, text ? "\"\n" : "\n", text ? 2 : 1);
+    if (!rc) rc = idem__buf_append(b, quote ? "\"\n" : "\n", quote ? 2 : 1);
   }
   return rc;
 }
 
-/* s->fence_key, the SHA-256 of the fence scope; and s->fence_key_v0 when
-** the key idem made before fence values were compared by text differs
-** (a fence field holds a number, true, false or null): an action recorded
-** then, still in doubt, must go on fencing its re-issues (decide). */
+/* s->fence_key, the SHA-256 of the fence scope; and s->fence_v0[], the
+** keys an earlier idem (values as canonical JSON) would have given this
+** call, and the call that held its numeric or true/false/null strings as
+** such, where they differ from it: an action recorded then, still in
+** doubt, must go on fencing its re-issues - as they were, or typed the
+** other way (decide).  (A re-issue that retypes some fields and not
+** others is not looked up: the forms would grow as 2^fields.) */
 static int make_fence_key(idem_step *s) {
   const idem__tool_rule *r = s->rule;
-  idem__buf b, b0;
-  char hex[65], hex0[65];
-  int rc = 0;
-  idem__buf_init(&b, s->c->out.cap);
-  idem__buf_init(&b0, s->c->out.cap);
+  idem__buf b[3];
+  char hex[65];
+  int rc = 0, how, i;
+  for (how = 0; how < 3; how++) idem__buf_init(&b[how], s->c->out.cap);
   if (r->nfence) {
     idem__canon_opt opt = {0, NULL, 0, 0, 0};
     opt.max_depth = s->c->max_depth;
     rc = idem__canon_run(s->c, s->args, s->args_len, &opt);
   }
-  if (!rc) rc = fence_scope(s, &b, 0);
-  if (!rc && r->nfence) rc = fence_scope(s, &b0, 1);
-  if (!rc) rc = idem__sha256_hex(s->c, b.p, b.len, hex);
-  if (!rc && r->nfence &&
-      (b0.len != b.len || memcmp(b0.p, b.p, b.len) != 0))
-    rc = idem__sha256_hex(s->c, b0.p, b0.len, hex0);
-  else
-    hex0[0] = '\0';
-  idem__buf_free(&b);
-  idem__buf_free(&b0);
-  if (rc) return rc;
-  s->fence_key = idem__strdup(hex);
-  if (s->fence_key && hex0[0]) s->fence_key_v0 = idem__strdup(hex0);
-  return s->fence_key && (!hex0[0] || s->fence_key_v0) ? IDEM_OK : IDEM_NOMEM;
+  for (how = 0; !rc && how < (r->nfence ? 3 : 1); how++)
+    rc = fence_scope(s, &b[how], how);
+  for (how = 0; !rc && how < (r->nfence ? 3 : 1); how++) {
+    char **to = how ? &s->fence_v0[how - 1] : &s->fence_key;
+    for (i = 0; i < how; i++) /* a form the same as one before: no key */
+      if (b[i].len == b[how].len && !memcmp(b[i].p, b[how].p, b[how].len))
+        break;
+    if (i < how) continue;
+    if ((rc = idem__sha256_hex(s->c, b[how].p, b[how].len, hex))) break;
+    if (!(*to = idem__strdup(hex))) rc = IDEM_NOMEM;
+  }
+  for (how = 0; how < 3; how++) idem__buf_free(&b[how]);
+  return rc;
 }
 
 /* ---- the public face ------------------------------------------------------ */
@@ -1851,7 +1887,8 @@ void idem_step_free(idem_step *s) {
   idem__free(s->args);
   idem__free(s->send_args);
   idem__free(s->fence_key);
-  idem__free(s->fence_key_v0);
+  idem__free(s->fence_v0[0]);
+  idem__free(s->fence_v0[1]);
   idem__free(s->check_args);
   idem_record_free(s->earlier);
   idem__free(s->why);

@@ -1717,8 +1717,9 @@ static void test_fence_by_text(void) {
 
 /* An action recorded by an earlier idem, whose fence key took a value as
 ** its canonical JSON (order 2002 as 2002, not "2002"), and still in doubt:
-** it fences a re-issue made after the upgrade, and the call that went
-** ahead once it was found not applied fences its own replay.  The log is
+** it fences a re-issue made after the upgrade (as 2002 or as "2002"), and
+** the call that went ahead once it was found not applied fences its own
+** replay.  The log is
 ** written as the earlier idem left it with the sqlite3 shell. */
 static void test_fence_v0(void) {
   /* SHA-256 of "fl"\n"refund_payment"\n"order_id"=2002\n (the earlier
@@ -1766,7 +1767,20 @@ static void test_fence_v0(void) {
   CHECK_INT(idem_guard_open(url, p, &g), IDEM_OK);
   fence_of(g, "fl", "c1", f);
   CHECK_STR(fk, V0);
-  /* the re-issue after the upgrade is held by c1 and checks it */
+  /* a re-issue as "2002" after the upgrade is held by c1 too */
+  c2.call_id = "c2s";
+  c2.args = "{\"order_id\":\"2002\",\"amount_cents\":6000}";
+  c2.args_len = strlen(c2.args);
+  CHECK_INT(idem_guard_begin(g, &c2, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
+  CHECK(idem_step_check_key(s) && strstr(idem_step_check_key(s), ":c1:"));
+  CHECK_INT(idem_step_resolve(s, IDEM_OUTCOME_UNKNOWN, NULL, 0), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  idem_step_free(s);
+  s = NULL;
+  c2 = c1;
+  c2.call_id = "c2";
+  /* the re-issue as it was is held by c1 and checks it */
   CHECK_INT(idem_guard_begin(g, &c2, &s), IDEM_OK);
   CHECK_INT(idem_step_next(s), IDEM_NEXT_CHECK);
   CHECK(idem_step_check_key(s) && strstr(idem_step_check_key(s), ":c1:"));
