@@ -290,5 +290,18 @@ amount '{"amount":3.141592653589793238462643383279}' n3 \
   "/v1/signed?amount=3.141592653589793" "3.141592653589793"
 amount '{"amount":123456789012.50}' n4 "/v1/signed?amount=123456789012.5" "123456789012.5"
 
+# -- issue 27: an argument never leaves its path segment.  ".." in
+# /v1/customers/{customer_id}/refunds went out as POST /v1/refunds (libcurl
+# resolves dot segments) and the provider refunded; now it is refused, and
+# nothing is sent
+cat >"$T/cust.json" <<'P'
+{"tools": {"refund": {"class": "guarded", "retries": 0, "timeout_ms": 5000,
+  "http": {"url": "{$env:PAYSIM_URL}/v1/customers/{customer_id}/refunds"}}}}
+P
+call "$T/cust.json" dot1 '{"customer_id":"..","order_id":"o27","amount_cents":500}'
+expect "dot segment exit" 1 "$RC"
+has "dot segment: why" "$OUT" '{customer_id}: the value \"..\" would leave its path segment'
+expect "dot segment ledger" 0 "$(count o27)"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
