@@ -260,8 +260,8 @@ static const char *const migrations[] = {
     /* 3: the model turn that issued the call (SPEC §6.4) */
     "ALTER TABLE idem_attempts ADD COLUMN turn text;",
     /* 4: an operator's verdict, who and when (SPEC §9) */
-    "ALTER TABLE idem_attempts ADD COLUMN resolved_by text,"
-    " ADD COLUMN resolved_at bigint NOT NULL DEFAULT 0;",
+    ("ALTER TABLE idem_attempts ADD COLUMN resolved_by text,"
+     " ADD COLUMN resolved_at bigint NOT NULL DEFAULT 0;"),
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))

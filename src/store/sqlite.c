@@ -239,8 +239,8 @@ static const char *const migrations[] = {
     /* 3: the model turn that issued the call (SPEC §6.4) */
     "ALTER TABLE attempts ADD COLUMN turn TEXT;",
     /* 4: an operator's verdict, who and when (SPEC §9) */
-    "ALTER TABLE attempts ADD COLUMN resolved_by TEXT;"
-    "ALTER TABLE attempts ADD COLUMN resolved_at INTEGER NOT NULL DEFAULT 0;",
+    ("ALTER TABLE attempts ADD COLUMN resolved_by TEXT;"
+     "ALTER TABLE attempts ADD COLUMN resolved_at INTEGER NOT NULL DEFAULT 0;"),
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
