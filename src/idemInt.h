@@ -511,14 +511,15 @@ int idem__tmpl_arg(const idem_canon *c, const char *name, size_t n,
 /* How a text template is filled. */
 enum {
   IDEM__TMPL_URL = 1,   /* arguments and the key percent-encoded        */
-  IDEM__TMPL_HEADER = 2 /* as is; no line break or NUL, from anywhere   */
+  IDEM__TMPL_HEADER = 2 /* as is; no control character but a tab       */
 };
 
 /* Append text template tmpl, filled, to b: "{name}" is the argument's
 ** canonical RFC 8785 text (a string's characters; a number, true, false,
 ** null as written canonically), "{$key}" the key (NULL: none), "{$env:NAME}"
 ** the environment variable.  IDEM_OK; IDEM_INVALID with the reason in err
-** (a missing argument or variable, an object, a line break in a header);
+** (a missing argument or variable, an object, a control character in a
+** header, a "." or ".." path segment of a URL's path);
 ** IDEM_RANGE past b's cap; IDEM_NOMEM. */
 int idem__tmpl_text(const idem_canon *c, idem__buf *b, const char *tmpl,
                     int how, const char *key, char *err, size_t errn);
