@@ -127,6 +127,7 @@ static int dot_piece(const char *v, size_t n) {
 ** path (after the scheme and the authority, before any "?" or "#"). */
 static int in_path(const char *u, size_t n) {
   const char *p = u, *end = u + n;
+  if (n == 0) return 1; /* nothing yet (u may be NULL): as a path */
   if (memchr(u, '?', n) || memchr(u, '#', n)) return 0;
   for (; p + 3 <= end; p++)
     if (memcmp(p, "://", 3) == 0)
