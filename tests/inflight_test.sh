@@ -42,6 +42,12 @@ wait_applied() {
   local i
   for i in $(seq 200); do [ "$(applied)" -ge "$1" ] && return 0; sleep 0.05; done
 }
+# wait until the provider's queue of refund_queued.sh holds nothing of this
+# test (every refund handed on has landed), at most 10 s
+queue_drained() {
+  local i
+  for i in $(seq 200); do pgrep -f "__apply .*$T/" >/dev/null || return 0; sleep 0.05; done
+}
 # wait until no process of this test's commands is left (late landings done)
 settle_all() {
   local i
@@ -214,7 +220,7 @@ out=$("$IDEM" exec --log "sqlite:$T/gu.db" --session s --call c2 --tool refund_p
 expect "queued, runner killed: re-issue answered" 0 "$?"
 has "queued, runner killed: already applied" "$out" '"status":"already_applied"'
 has "queued, runner killed: by c1" "$out" '"duplicate_of":"c1"'
-sleep 0.5
+queue_drained
 expect "queued, runner killed: one refund" 1 "$(applied)"
 
 # ---- 8. a caller that reads both pipes to EOF gets the answer at the deadline
@@ -294,7 +300,7 @@ has "handed on: c2 by c1" "$out" '"duplicate_of":"c1"'
 queued c1
 expect "handed on: c1 answered" 0 "$code"
 has "handed on: c1 succeeded" "$out" '"status":"succeeded"'
-sleep 0.3
+queue_drained
 expect "handed on: one refund" 1 "$(applied)"
 
 # ---- 11. the command's exit is its answer, not its stdout's end ------------

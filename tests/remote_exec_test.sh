@@ -64,6 +64,15 @@ call() {
   code=$?
 }
 key() { "$IDEM" key --session "$1" --call "$2" --tool refund_payment "$ARGS"; }
+# wait (at most 10 s) until the provider's queue holds no request of the
+# keys starting with $1: every refund sent has landed
+drained() {
+  local i
+  for i in $(seq 200); do
+    curl -s --max-time 2 "$URL/pending?prefix=$1" | grep -q '"pending":0' && return 0
+    sleep 0.05
+  done
+}
 
 # ---- 1. the provider applies 1 s after curl gave up (default settle_ms) -----
 policy "$T/p1.json" ""
@@ -98,7 +107,7 @@ call a s1 c1 "$T/p1.json" "delay_ms=1000"
 expect "late, c1 resumed: answered" 0 "$code"
 has "late, c1 resumed: succeeded" "$out" '"status":"succeeded"'
 has "late, c1: reconciled" "$("$IDEM" show --log "sqlite:$T/a.db" --json s1 c1)" '"resolution":"reconciled"'
-sleep 0.3
+drained s1:
 expect "late: one refund for c1" 1 "$(applied "$K1")"
 expect "late: none for c2" 0 "$(applied "$K2")"
 expect "late: one refund in all" 1 "$(grep -c . "$T/ledger")"
