@@ -182,13 +182,14 @@ expect "runner killed: one refund" 1 "$(applied)"
 
 # ---- 7u. the same, but the command had handed the refund to a queue -------
 # (tests/tools/refund_queued.sh: a provider process outside the command's
-# group applies it 2 s later).  The runner dies, the command dies with it,
-# the group is empty: the attempt has ENDED, not finished (SPEC §6a).  With
-# no settle_ms a check's "not applied" proves nothing: in doubt, never
-# "safe to call", the re-issue fenced until the refund shows.
+# group applies it later, when the test releases it).  The runner dies,
+# the command dies with it, the group is empty: the attempt has ENDED, not
+# finished (SPEC §6a).  With no settle_ms a check's "not applied" proves
+# nothing: in doubt, never "safe to call", the re-issue fenced until the
+# refund shows.
 : > "$LEDGER"
-rm -f "$T/queued"
-QUEUED=$T/queued QUEUE_DELAY=2 QUEUE_THEN=hang:10 "$IDEM" exec \
+rm -f "$T/queued" "$T/release"
+QUEUED=$T/queued QUEUE_UNTIL=$T/release QUEUE_THEN=hang:10 "$IDEM" exec \
   --log "sqlite:$T/gu.db" --session s --call c1 --tool refund_payment \
   --args "$ARGS" --policy "$T/p1.json" --timeout 5000 \
   -- "$HERE/tools/refund_queued.sh" > /dev/null 2>&1 &
@@ -213,6 +214,7 @@ out=$("$IDEM" exec --log "sqlite:$T/gu.db" --session s --call c2 --tool refund_p
 expect "queued, runner killed: re-issue not run" 75 "$?"
 has "queued, runner killed: re-issue unknown" "$out" '"status":"outcome_unknown"'
 has "queued, runner killed: re-issue names c1" "$out" '"duplicate_of":"c1"'
+touch "$T/release" # the provider applies it now
 wait_applied 1
 expect "queued, runner killed: the refund landed" 1 "$(applied)"
 out=$("$IDEM" exec --log "sqlite:$T/gu.db" --session s --call c2 --tool refund_payment \
@@ -262,13 +264,15 @@ expect "superseded: still one refund" 1 "$(applied)"
 
 # ---- 10u. the same when c1's command handed the refund on, then exited 3 --
 # (no settle_ms: the default).  Its end is no verdict: the provider's queue
-# applies it 1.5 s later.  c1 stays in doubt, c2 stays fenced, and once the
-# refund shows c2 is already applied by c1: one refund
+# applies it later (when the test releases it).  c1 stays in doubt, c2
+# stays fenced, and once the refund shows c2 is already applied by c1: one
+# refund
 : > "$LEDGER"
 policy "$T/p10u.json" ', "retries": 0'
 sed -i 's/"retries": 1, //' "$T/p10u.json"
+rm -f "$T/release"
 queued() { # queued CALL: c1's command, refund_queued.sh exiting 3
-  out=$(QUEUE_DELAY=1.5 QUEUE_THEN=exit:3 "$IDEM" exec --log "sqlite:$T/ju.db" \
+  out=$(QUEUE_UNTIL=$T/release QUEUE_THEN=exit:3 "$IDEM" exec --log "sqlite:$T/ju.db" \
     --session s --call "$1" --tool refund_payment --args "$ARGS" \
     --policy "$T/p10u.json" --timeout 5000 -- "$HERE/tools/refund_queued.sh" 2>/dev/null)
   code=$?
@@ -291,6 +295,7 @@ queued c1
 expect "handed on: c1 resumed, still unknown" 75 "$code"
 hasnt "handed on: c1 resumed, never failed" "$out" '"status":"failed"'
 expect "handed on: nothing ran again" 0 "$(applied)"
+touch "$T/release" # the provider applies it now
 wait_applied 1
 expect "handed on: the refund landed" 1 "$(applied)"
 queued c2

@@ -156,14 +156,15 @@ has "not_applied state" "$("$IDEM" show --json s3 c4)" '"state":"not_applied"'
 
 # ... but a command that died is an attempt that ENDED, not one that
 # FINISHED: this one had handed the refund to the provider's queue
-# (tests/tools/refund_queued.sh: applied 2 s later by a process outside its
-# group) and then died by SIGKILL.  With no settle_ms (the default) recover
+# (tests/tools/refund_queued.sh: applied later, when the test releases it,
+# by a process outside its group) and then died by SIGKILL.  With no settle_ms (the default) recover
 # leaves it in doubt on "not applied", the re-issue is fenced, and once the
 # refund shows the re-issue is already applied and recover settles it: one
 # refund (a log of its own, so that the counts below stay as they are)
 : > "$LEDGER"
 QL=sqlite:$T/queued.db
-out=$(QUEUE_DELAY=2 QUEUE_THEN=kill "$IDEM" exec --log "$QL" --session s6 --call c1 \
+rm -f "$T/release"
+out=$(QUEUE_UNTIL=$T/release QUEUE_THEN=kill "$IDEM" exec --log "$QL" --session s6 --call c1 \
   --tool refund_payment --args '{"order_id":"q"}' --timeout 2000 -- "$HERE/tools/refund_queued.sh")
 expect "queued, died: in doubt" 75 "$?"
 has "queued, died: outcome_unknown" "$out" '"status":"outcome_unknown"'
@@ -178,6 +179,7 @@ has "queued, died: re-issue unknown" "$out" '"status":"outcome_unknown"'
 has "queued, died: re-issue names c1" "$out" '"duplicate_of":"c1"'
 hasnt "queued, died: never safe to call" "$out" 'safe to call'
 expect "queued, died: nothing landed yet" 0 "$(grep -c . "$LEDGER")"
+touch "$T/release" # the provider applies it now
 for _ in $(seq 200); do [ "$(grep -c . "$LEDGER")" -ge 1 ] && break; sleep 0.05; done
 expect "queued, died: the refund landed" 1 "$(grep -c . "$LEDGER")"
 out=$("$IDEM" exec --log "$QL" --policy "$T/policy.json" --session s6 --call c2 \
