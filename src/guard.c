@@ -973,6 +973,9 @@ static int make_send_args(idem_step *s) {
   return rc;
 }
 
+static idem_canon *pool_take(idem_guard *g);
+static void pool_give(idem_guard *g, idem_canon *c);
+
 /* How the fence scope writes a fence field's value (fence_scope). */
 enum {
   FENCE_TEXT,    /* today's: compared by its text                      */
@@ -983,8 +986,9 @@ enum {
 
 /* Is the string value [v, v+n) (canonical JSON) the text of a number,
 ** true, false or null, written canonically?  *t and *tn: that text. */
-static int scalar_text(const char *v, size_t n, const char **t, size_t *tn) {
-  idem_canon *tc = NULL;
+static int scalar_text(idem_guard *g, const char *v, size_t n, const char **t,
+                       size_t *tn) {
+  idem_canon *tc;
   const char *out;
   size_t outn;
   int is = 0;
@@ -995,10 +999,10 @@ static int scalar_text(const char *v, size_t n, const char **t, size_t *tn) {
       (*tn == 5 && !memcmp(*t, "false", 5)))
     return 1;
   if (**t != '-' && (**t < '0' || **t > '9')) return 0;
-  if (idem_canon_open(&tc) == IDEM_OK &&
-      idem_canon_json(tc, *t, *tn, &out, &outn) == IDEM_OK)
+  /* a second workspace (the step's holds the arguments v points into) */
+  if ((tc = pool_take(g)) && idem_canon_json(tc, *t, *tn, &out, &outn) == 0)
     is = outn == *tn && memcmp(out, *t, outn) == 0;
-  idem_canon_close(tc);
+  pool_give(g, tc);
   return is;
 }
 
@@ -1032,7 +1036,7 @@ static int fence_scope(idem_step *s, idem__buf *b, int how) {
     if (how == FENCE_TEXT)
       quote = *v != '"' && *v != '{' && *v != '[';
     else if (how == FENCE_V0_BARE && *v == '"' &&
-             scalar_text(v, vlen, &t, &tn)) {
+             scalar_text(s->g, v, vlen, &t, &tn)) {
       v = t; /* the string "1001" as the number 1001 */
       vlen = tn;
     }
@@ -1147,19 +1151,18 @@ static void guard_unref(idem_guard *g) {
   idem__free(g);
 }
 
-/* A new step holds the guard, and a workspace from its pool. */
-static int step_attach(idem_step *s, idem_guard *g) {
+/* A workspace from g's pool, or a new one (NULL: out of memory). */
+static idem_canon *pool_take(idem_guard *g) {
+  idem_canon *c = NULL;
   pthread_mutex_lock(&g->mu);
-  g->refs++;
-  s->g = g;
-  if (g->npool > 0) s->c = g->pool[--g->npool];
+  if (g->npool > 0) c = g->pool[--g->npool];
   pthread_mutex_unlock(&g->mu);
-  return s->c || idem_canon_open(&s->c) == IDEM_OK ? IDEM_OK : IDEM_NOMEM;
+  if (!c && idem_canon_open(&c) != IDEM_OK) c = NULL;
+  return c;
 }
 
-static void step_detach(idem_step *s) {
-  idem_guard *g = s->g;
-  idem_canon *c = s->c;
+/* Give workspace c (or NULL) back to g's pool, or close it when full. */
+static void pool_give(idem_guard *g, idem_canon *c) {
   pthread_mutex_lock(&g->mu);
   if (c && g->npool < CANON_POOL) {
     g->pool[g->npool++] = c;
@@ -1167,7 +1170,21 @@ static void step_detach(idem_step *s) {
   }
   pthread_mutex_unlock(&g->mu);
   idem_canon_close(c);
-  guard_unref(g);
+}
+
+/* A new step holds the guard, and a workspace from its pool. */
+static int step_attach(idem_step *s, idem_guard *g) {
+  pthread_mutex_lock(&g->mu);
+  g->refs++;
+  pthread_mutex_unlock(&g->mu);
+  s->g = g;
+  s->c = pool_take(g);
+  return s->c ? IDEM_OK : IDEM_NOMEM;
+}
+
+static void step_detach(idem_step *s) {
+  pool_give(s->g, s->c);
+  guard_unref(s->g);
 }
 
 void idem_guard_close(idem_guard *g) {
@@ -1185,6 +1202,17 @@ static int utf8_ok(const char *s) {
   return !s || idem__utf8_text(s, strlen(s));
 }
 
+/* The caller's idem_call as this version's (the ABI rule), its size ours
+** for what it is handed on to. */
+static int call_copy(idem_guard *g, const idem_call *call, idem_call *cur) {
+  if (idem__abi_in(cur, sizeof *cur, call, IDEM__CALL_MIN))
+    return gfail(g, IDEM_MISUSE,
+                 "idem_call.size is %zu: set it to sizeof(idem_call)",
+                 call ? call->size : 0);
+  cur->size = sizeof *cur;
+  return IDEM_OK;
+}
+
 int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   idem_step *s;
   idem_key k;
@@ -1194,11 +1222,7 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   int rc;
   if (out) *out = NULL;
   if (!g || g->magic != GUARD_MAGIC || !out) return IDEM_MISUSE;
-  if (idem__abi_in(&cur, sizeof cur, call_in, IDEM__CALL_MIN))
-    return gfail(g, IDEM_MISUSE,
-                 "idem_call.size is %zu: set it to sizeof(idem_call)",
-                 call_in ? call_in->size : 0);
-  cur.size = sizeof cur; /* this version's, for what is handed on */
+  if ((rc = call_copy(g, call_in, &cur))) return rc;
   if (!call->tool || (!call->args && call->args_len)) return IDEM_MISUSE;
   if (!g->st) return gfail(g, IDEM_MISUSE, "the guard has no attempt log");
   if (!(s = idem__malloc(sizeof *s)))
@@ -1435,6 +1459,18 @@ done:
 ** under a holder that is gone (the recoverable ones, recoverable()). */
 static int recoverable(const idem_record *r, long long now);
 
+/* An operator's verdict refused: r (NULL: gone) is not in doubt. */
+static int not_in_doubt(idem_guard *g, const char *call_id,
+                        const idem_record *r, const char *when) {
+  const char *by = r ? r->resolved_by : NULL;
+  return gfail(g, IDEM_STALE,
+               "the %s%saction of call %s is not in doubt%s: it is %s%s%s%s; "
+               "nothing was changed",
+               r ? r->tool : "", r ? " " : "", call_id, when,
+               r ? idem_state_name(r->state) : "gone",
+               by ? " (resolved by " : "", by ? by : "", by ? ")" : "");
+}
+
 int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
                        int outcome, const char *result, size_t result_len,
                        const char *reason, const char *by) {
@@ -1475,13 +1511,7 @@ int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
                : store_fail(g, rc);
   }
   if (!recoverable(r, now)) {
-    rc = gfail(g, IDEM_STALE,
-               "the %s action of call %s is not in doubt: it is %s%s%s%s; "
-               "nothing was changed",
-               r->tool, call_id, idem_state_name(r->state),
-               r->resolved_by ? " (resolved by " : "",
-               r->resolved_by ? r->resolved_by : "",
-               r->resolved_by ? ")" : "");
+    rc = not_in_doubt(g, call_id, r, "");
     idem__free(res);
     idem_record_free(r);
     return rc;
@@ -1506,13 +1536,7 @@ int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
   idem_record_free(r);
   if (rc == IDEM_STALE) {
     /* someone settled it between our read and our write */
-    rc = gfail(g, IDEM_STALE,
-               "the action of call %s changed meanwhile: it is %s now%s%s%s; "
-               "nothing was changed",
-               call_id, now_rec ? idem_state_name(now_rec->state) : "gone",
-               now_rec && now_rec->resolved_by ? " (resolved by " : "",
-               now_rec && now_rec->resolved_by ? now_rec->resolved_by : "",
-               now_rec && now_rec->resolved_by ? ")" : "");
+    rc = not_in_doubt(g, call_id, now_rec, " any more");
     idem_record_free(now_rec);
     return rc;
   }
@@ -2302,11 +2326,7 @@ int idem_guard_call(idem_guard *g, const idem_call *call,
   if (!tool->run) return IDEM_MISUSE;
   /* a check function given in code is a status check, whatever the
   ** policy names (a caller's call is copied: it is const) */
-  if (idem__abi_in(&ccur, sizeof ccur, call, IDEM__CALL_MIN))
-    return gfail(g, IDEM_MISUSE,
-                 "idem_call.size is %zu: set it to sizeof(idem_call)",
-                 call ? call->size : 0);
-  ccur.size = sizeof ccur;
+  if ((rc = call_copy(g, call, &ccur))) return rc;
   if (tool->check) ccur.own_check = 1;
   if ((rc = idem_guard_begin(g, &ccur, &s))) goto done;
   s->auto_deliver = 1;
