@@ -237,7 +237,8 @@ static long long backoff(const idem__tool_rule *r, int n) {
 /* Is there a status check: the policy's, or the caller's own function? */
 static int has_check(const idem_step *s) {
   const idem__tool_rule *r = s->rule;
-  return s->own_check || (r->has_status && (r->status.tool || r->status.command));
+  return s->own_check ||
+         (r->has_status && (r->status.tool || r->status.command));
 }
 
 /* ---- attempts still in flight (SPEC §6a) ------------------------------------ */
@@ -1483,7 +1484,8 @@ int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
   long long now = 0;
   int rc;
   if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
-      (outcome != IDEM_OUTCOME_APPLIED && outcome != IDEM_OUTCOME_NOT_APPLIED) ||
+      (outcome != IDEM_OUTCOME_APPLIED &&
+       outcome != IDEM_OUTCOME_NOT_APPLIED) ||
       (!result && result_len))
     return IDEM_MISUSE;
   if (outcome == IDEM_OUTCOME_NOT_APPLIED && (!reason || !*reason))

@@ -1598,7 +1598,7 @@ static int die_mid_call(const char *url) {
   _exit(0);
 }
 
-/* ---- issue 27: the fence compares a field's text -------------------------------- */
+/* ---- the fence compares a field's text ---------------------------------- */
 
 /* With "fence": ["order_id"], an in-doubt refund of order 1001 re-issued
 ** as "1001" is the same order: the tool formats both into one request

@@ -177,7 +177,8 @@ static size_t refund_args(char *buf, size_t n, const char *call_id) {
 
 static int one_call(idem_guard *g, const char *session, const char *call_id) {
   char args[256];
-  idem_call c = {sizeof c, session, call_id, "refund_payment", args, 0, NULL, 0};
+  idem_call c = {sizeof c, session, call_id, "refund_payment",
+                 args,     0,       NULL,    0};
   idem_tool t = {sizeof t, trivial_run, NULL, NULL};
   char *env = NULL;
   size_t len;
@@ -462,7 +463,8 @@ int bench_guard(const char *dir, int quick) {
   /* a replay: the same call again, answered from the log */
   for (i = 0; i < n1; i++) {
     char call[32], args[256];
-    idem_call c = {sizeof c, "single", call, "refund_payment", args, 0, NULL, 0};
+    idem_call c = {sizeof c, "single", call, "refund_payment",
+                   args,     0,        NULL, 0};
     idem_step *s = NULL;
     double c0;
     snprintf(call, sizeof call, "call_%d", i % n1);

@@ -671,7 +671,7 @@ static void first_text(const json_t *result, char *out, size_t n) {
 ** protocol violation, and says nothing of what the tool did: unknown.
 ** isError true is what the tool's handler said, and SDKs say it for any
 ** exception in the handler - its own fetch to the provider timing out
-** while the provider still holds the request included (issue 26) - so by
+** while the provider still holds the request included - so by
 ** itself it proves nothing: the tool's on_is_error says what it means
 ** (unknown unless the policy knows the server better). */
 int gw_take_answer(gcall *c, const mcp_msg *m, const char *line, size_t len,

@@ -300,9 +300,9 @@ static const char *const stmt_sql[N_STMTS] = {
     " OR delivered > ?5 OR created >= ?4 OR turn = ?6"
     " OR (?6 IS NULL AND created >= ?7))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
-    "INSERT INTO attempts (" COLS_WRITTEN ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
-    " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,"
-    " ?23, ?24, ?25)",
+    "INSERT INTO attempts (" COLS_WRITTEN ") VALUES (?1, ?2, ?3, ?4, ?5,"
+    " ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,"
+    " ?21, ?22, ?23, ?24, ?25)",
     /* A change (idem__change): ?3 state mask, ?4 token or -1, ?5 state or
     ** 0, ?6 attempts to add, ?7 the lease (1 take it over, 2 hand it on;
     ** ?8 owner, ?9 lease_until), ?10 result, ?11 error, ?12 resolution or
