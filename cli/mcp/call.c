@@ -193,18 +193,6 @@ static void send_call(gw *w, long long gid, const char *tool, const char *args,
   cli_outbuf_free(&m);
 }
 
-static void send_cancel(gw *w, long long gid, const char *why) {
-  json_t *n = json_pack("{s:s,s:s,s:{s:I,s:s}}", "jsonrpc", "2.0", "method",
-                        "notifications/cancelled", "params", "requestId",
-                        (json_int_t)gid, "reason", why);
-  char *d = n ? json_dumps(n, JSON_COMPACT) : NULL;
-  if (!d) gw_oom();
-  gw_to_server(w, d, strlen(d));
-  gw_to_server(w, "\n", 1);
-  free(d);
-  json_decref(n);
-}
-
 static void send_exec(gw *w, gcall *c) {
   size_t alen;
   const char *args = idem_step_args(c->s, &alen);
@@ -798,11 +786,13 @@ void gw_fire(gw *w, gcall *c) {
     char why[96];
     long long ms = idem_step_deadline_ms(c->s);
     snprintf(why, sizeof why, "no answer within %lld ms", ms);
-    if (!gw_server_gone(w)) send_cancel(w, c->gid, "idem: the deadline passed");
     c->gid = 0;
     if (p && p->kind == P_EXEC) {
       /* the deadline ends the wait, not the attempt: it is still in flight
-      ** (unknown, not ended), and an answer may still come: record it then */
+      ** (unknown, not ended), and an answer may still come: record it then.
+      ** The request is not cancelled: a server that honours
+      ** notifications/cancelled drops the answer even when its handler
+      ** went on to apply the action, and that answer settles it. */
       p->kind = P_LATE;
       p->c = late_for(w, c);
       gw_set_input(c, IDEM_OUTCOME_UNKNOWN, NULL, 0, why);

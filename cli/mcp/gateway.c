@@ -37,9 +37,15 @@
 ** on the same server (or runs its status command on a worker, as idem exec
 ** does); WAIT sets a timer; ANSWER turns the envelope into a
 ** tool result for the client.  Past its deadline an execute is answered
-** unknown to the guard, the server gets notifications/cancelled, and the
-** request's id stays mapped: a response that still comes is recorded as a
-** late result (idem_guard_late).
+** unknown to the guard and the request's id stays mapped: a response that
+** still comes is recorded as a late result (idem_guard_late).  The server's
+** request is not cancelled (a server that honours notifications/cancelled
+** drops the very answer that would settle the action); the gateway sends
+** that notification only to pass on the client's own.  A request past its
+** deadline (an execute, or a status check, whose answer is then dropped)
+** stays in the id table until its answer comes, the server's output
+** closes, or the gateway exits: for the gateway's life at most, a few
+** hundred bytes each.
 **
 ** What the server's answer means (call.c, gw_take_answer): a result is
 ** applied; a result with isError true means what the tool's on_is_error

@@ -12,7 +12,6 @@ import { idem, check, done, tmpdir, ledgerOf, connect, payments, body, call } fr
 const dir = tmpdir("story");
 const ledger = `${dir}/ledger`;
 const log = `sqlite:${dir}/log.db`;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const show = (session, callId) =>
   JSON.parse(execFileSync(idem, ["show", "--log", log, "--json", session, callId], { encoding: "utf8" }));
 const lines = (f) => (fs.existsSync(f) ? fs.readFileSync(f, "utf8").split("\n").filter(Boolean) : []);
@@ -95,8 +94,8 @@ check(body(r).order_id === "o2" && r.content.length === 2 && r.content[1].type =
 let rec = show("sess_1", "toolu_2");
 check(rec.state === "succeeded" && rec.resolution === "reconciled", "... recorded succeeded, reconciled", rec);
 check(ledgerOf(ledger).filter((e) => e.order_id === "o2").length === 1, "... one refund for o2", ledgerOf(ledger));
-for (let i = 0; i < 100 && !lines(`${ledger}.cancelled`).includes(rec.key); i++) await sleep(20);
-check(lines(`${ledger}.cancelled`).includes(rec.key), "... and the server got notifications/cancelled",
+check(!lines(`${ledger}.cancelled`).includes(rec.key),
+      "... and the server's request was not cancelled (its answer would still be recorded)",
       lines(`${ledger}.cancelled`));
 r2 = await call(client, "refund_payment", { order_id: "o2", amount_cents: 2500 }, { "io.idem/call_id": "toolu_2" });
 check(r2._meta?.["io.idem/replayed"] === true, "... and its repeat is replayed", r2);

@@ -94,17 +94,15 @@ const received = (dir) => fs.readFileSync(`${dir}/received`, "utf8").split("\n")
   check(notes.length === 3000 && notes.every((v, i) => v === i), "3000 notifications pass, none lost, in order",
         notes.length);
 
-  // a late result: the deadline answers outcome_unknown, the server gets
-  // notifications/cancelled, and its answer after that is recorded
+  // a late result: the deadline answers outcome_unknown, the server's
+  // request is not cancelled, and its answer after that is recorded
   g.send(req(30, "tools/call", { name: "slow_refund", arguments: { order: 1 }, _meta: { "io.idem/call_id": "late_1" } }));
   const late = await g.byId(30);
   check(late.result?.isError && late.result.structuredContent?.status === "outcome_unknown",
         "past timeout_ms the client gets outcome_unknown", late);
-  for (let i = 0; i < 100 && !received(dir).some((m) => m.method === "notifications/cancelled"); i++) await sleep(20);
-  const cancel = received(dir).find((m) => m.method === "notifications/cancelled");
-  const callReq = received(dir).find((m) => m.params?.name === "slow_refund");
-  check(cancel && cancel.params.requestId === callReq.id, "the server got notifications/cancelled for it", cancel);
   await sleep(1500);
+  const cancel = received(dir).find((m) => m.method === "notifications/cancelled");
+  check(!cancel, "the server got no notifications/cancelled for it", cancel);
   const rec = JSON.parse(execFileSync(idem, ["show", "--log", `sqlite:${dir}/log.db`, "--json", "w", "late_1"],
                                      { encoding: "utf8" }));
   check(rec.state === "succeeded" && rec.resolution === "late", "the late answer is recorded (resolution late)", rec);
