@@ -166,13 +166,43 @@ static void on_client_line(void *ctx, const char *line, size_t len,
 
 /* ---- from the server ------------------------------------------------------------------ */
 
+/*
+** Learn the classes a tools/list result gives the tools it lists.  The
+** annotations are hints, and the server's to change: a tool's class never
+** weakens while the gateway runs.  The first listing (or a stronger later
+** one: guarded over idempotent over read_only) is the floor; a re-list
+** that would weaken it is ignored, in one idem: line per tool and hint,
+** or a call the guard took for an action would pass unrecorded from then
+** on.  A tool the policy names is the policy's, whatever its hints.
+*/
 static void learn_tools(gw *w, const json_t *result) {
+  static const char *const word[] = {"", "guarded", "idempotent", "read_only"};
   const json_t *tools = json_object_get(result, "tools"), *t;
   size_t i;
   json_array_foreach(tools, i, t) {
     const char *name = json_string_value(json_object_get(t, "name"));
-    if (name)
-      json_object_set_new(w->learned, name, json_integer(mcp_class_of(t)));
+    json_t *was;
+    int cls = mcp_class_of(t), floor;
+    idem_tool_info r = {.size = sizeof r};
+    if (!name) continue;
+    was = json_object_get(w->learned, name);
+    floor = was ? (int)json_integer_value(was) : 0;
+    if (!floor || cls < floor) { /* first seen, or stronger */
+      if (json_object_set_new(w->learned, name, json_integer(cls))) gw_oom();
+      continue;
+    }
+    idem_policy_tool(w->policy, name, &r);
+    if (cls == floor || r.named ||
+        json_integer_value(json_object_get(w->weakened, name)) == cls)
+      continue;
+    if (json_object_set_new(w->weakened, name, json_integer(cls))) gw_oom();
+    cli_err("tools/list gives %s %s; ignored: it was listed %s before, and "
+            "a tool's class never weakens while the gateway runs "
+            "(annotations are hints; the policy can class it)",
+            name,
+            cls == IDEM_CLASS_READ_ONLY ? "readOnlyHint: true"
+                                        : "idempotentHint: true",
+            word[floor]);
   }
 }
 
@@ -660,7 +690,8 @@ int cmd_mcp(int argc, char **argv) {
             w->gpolicy ? idem_policy_errmsg(w->gpolicy) : "cannot be read");
     goto out;
   }
-  if (!(w->learned = json_object())) gw_oom();
+  if (!(w->learned = json_object()) || !(w->weakened = json_object()))
+    gw_oom();
   mcp_lines_init(&w->cin, max_message);
   mcp_lines_init(&w->sin, max_message);
   cli_outbuf_init(&w->cout, (size_t)1 << 40);
@@ -733,6 +764,7 @@ out:
   cli_outbuf_free(&w->cout);
   cli_outbuf_free(&w->sout);
   json_decref(w->learned);
+  json_decref(w->weakened);
   idem_guard_close(w->g_user);
   idem_guard_close(w->g_guarded);
   idem_policy_free(w->policy);

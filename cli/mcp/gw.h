@@ -84,7 +84,8 @@ struct gw {
   idem_guard *g_user, *g_guarded;
   const char *session;
   size_t max_message;
-  json_t *learned; /* tool name -> class, from tools/list        */
+  json_t *learned;  /* tool name -> class, from tools/list: a floor */
+  json_t *weakened; /* tool name -> the weaker class last ignored  */
   pid_t child;
   int to_srv, from_srv;
   int child_done, child_status, we_killed;
