@@ -44,8 +44,8 @@
 ** that notification only to pass on the client's own.  A request past its
 ** deadline (an execute, or a status check, whose answer is then dropped)
 ** stays in the id table until its answer comes, the server's output
-** closes, or the gateway exits: for the gateway's life at most, a few
-** hundred bytes each.
+** closes, or the gateway exits: for the gateway's life at most, about a
+** kilobyte each.
 **
 ** What the server's answer means (call.c, gw_take_answer): a result is
 ** applied; a result with isError true means what the tool's on_is_error
