@@ -15,6 +15,10 @@
 
 #define IDEM__MAGIC_DEAD 0xdeadbeefu
 
+/* The largest result kept in a record, as JSON (the envelope's buffer holds
+** it with room to spare); a larger one is recorded as a note saying so. */
+#define IDEM__MAX_RESULT ((size_t)16 << 20)
+
 #if defined(__GNUC__)
 #define IDEM__LIKELY(x) __builtin_expect(!!(x), 1)
 #define IDEM__UNLIKELY(x) __builtin_expect(!!(x), 0)
