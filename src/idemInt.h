@@ -108,7 +108,8 @@ int idem__buf_append(idem__buf *b, const void *src, size_t n);
 /* How a status check decides "applied" from its result. */
 enum {
   IDEM__APPLIED_WHEN_KEY_PRESENT = 1, /* the key appears as a string value */
-  IDEM__APPLIED_WHEN_POINTER = 2      /* the value at pointer == equals    */
+  IDEM__APPLIED_WHEN_POINTER = 2,     /* the value at pointer == equals    */
+  IDEM__APPLIED_WHEN_KEY_AT = 3       /* the key appears under pointer     */
 };
 
 typedef struct idem__status_rule {
@@ -117,8 +118,9 @@ typedef struct idem__status_rule {
                     /* for argument `name`, "{$key}" for the key; or NULL */
   char *command;    /* for idem exec: a shell command, or NULL            */
   int applied_when; /* IDEM__APPLIED_WHEN_*                               */
-  char *pointer;    /* RFC 6901 JSON pointer, with _POINTER               */
+  char *pointer;    /* RFC 6901 JSON pointer, with _POINTER and _KEY_AT   */
   char *equals;     /* canonical JSON value, with _POINTER                */
+  int sends_key;    /* the status request carries "{$key}" (arguments)    */
 } idem__status_rule;
 
 #define IDEM__MAX_EXIT_CODES IDEM_MAX_EXIT_CODES

@@ -13,8 +13,10 @@
 ** freed.  Validation is strict and happens once, here: an unknown field at
 ** any level, a wrong type, a value out of range, or a combination that cannot
 ** mean anything (a key_arg on a read_only tool, a status tool that is not a
-** read_only tool of the same policy, an exit status that means two things)
-** is IDEM_POLICY.  The message starts with the path of the field,
+** read_only tool of the same policy, an exit status that means two things,
+** a status check that sends the key and would count it anywhere in the
+** answer, where an echo of the query puts it) is IDEM_POLICY.  The message
+** starts with the path of the field,
 ** `tools.refund.retries: expected an integer, found a string` (a name that
 ** is not a plain identifier is written as `tools["a b"]`), and reports the
 ** first problem in document order.  A syntax error keeps jansson's text,
@@ -552,8 +554,9 @@ static int parse_fence(ctx *c, const json_t *v, idem__tool_rule *r) {
 }
 
 /* A status template may hold "{name}" (argument name) and "{$key}"; any
-** other "{$...}" is a typo that would be sent to the provider as is. */
-static int check_template(ctx *c, json_t *v) {
+** other "{$...}" is a typo that would be sent to the provider as is.
+** *key is set when "{$key}" is among its values. */
+static int check_template(ctx *c, json_t *v, int *key) {
   const char *k, *s;
   json_t *e;
   size_t i, at, n;
@@ -562,20 +565,21 @@ static int check_template(ctx *c, json_t *v) {
   case JSON_OBJECT:
     json_object_foreach(v, k, e) {
       at = path_push(c, k);
-      if ((rc = check_template(c, e))) return rc;
+      if ((rc = check_template(c, e, key))) return rc;
       path_pop(c, at);
     }
     return IDEM_OK;
   case JSON_ARRAY:
     json_array_foreach(v, i, e) {
       at = path_index(c, i);
-      if ((rc = check_template(c, e))) return rc;
+      if ((rc = check_template(c, e, key))) return rc;
       path_pop(c, at);
     }
     return IDEM_OK;
   case JSON_STRING:
     s = json_string_value(v);
     n = json_string_length(v);
+    if (strcmp(s, "{$key}") == 0) *key = 1;
     if (n >= 3 && s[0] == '{' && s[1] == '$' && s[n - 1] == '}' &&
         strcmp(s, "{$key}") != 0) {
       char q[40 * 6 + 16];
@@ -592,10 +596,11 @@ static int check_template(ctx *c, json_t *v) {
 
 static const char *const STATUS_FIELDS[] = {"tool", "arguments", "command",
                                             "applied_when", NULL};
-static const char *const WHEN_FIELDS[] = {"pointer", "equals", NULL};
+static const char *const WHEN_FIELDS[] = {"pointer", "equals", "key_present",
+                                          NULL};
 
 static int parse_applied_when(ctx *c, json_t *v, idem__status_rule *s) {
-  json_t *ptr, *eq;
+  json_t *ptr, *eq, *kp;
   size_t at;
   int rc;
   if (json_is_string(v)) {
@@ -610,17 +615,32 @@ static int parse_applied_when(ctx *c, json_t *v, idem__status_rule *s) {
   if (!json_is_object(v))
     return fail(c,
                 "expected \"key_present\" or an object {\"pointer\", "
-                "\"equals\"}, found %s",
+                "\"equals\" or \"key_present\"}, found %s",
                 type_name(v));
   if ((rc = check_members(c, v, WHEN_FIELDS))) return rc;
   ptr = json_object_get(v, "pointer");
   eq = json_object_get(v, "equals");
+  kp = json_object_get(v, "key_present");
   at = path_push(c, "pointer");
   if (!ptr) return fail(c, "missing (the JSON pointer of the value to test)");
   if ((rc = want_pointer(c, ptr, &s->pointer))) return rc;
   path_pop(c, at);
+  if (eq && kp)
+    return fail(c, "has both equals and key_present; give one");
+  if (kp) {
+    path_push(c, "key_present");
+    if (!json_is_true(kp))
+      return fail(c, "expected true (the key appears under the pointer), "
+                     "found %s",
+                  json_is_false(kp) ? "false" : type_name(kp));
+    path_pop(c, at);
+    s->applied_when = IDEM__APPLIED_WHEN_KEY_AT;
+    return IDEM_OK;
+  }
   path_push(c, "equals");
-  if (!eq) return fail(c, "missing (the value that means applied)");
+  if (!eq)
+    return fail(c, "missing (the value that means applied; or give "
+                   "\"key_present\": true)");
   if ((rc = want_canonical(c, eq, &s->equals))) return rc;
   path_pop(c, at);
   s->applied_when = IDEM__APPLIED_WHEN_POINTER;
@@ -651,7 +671,7 @@ static int parse_status(ctx *c, json_t *v, idem__tool_rule *r) {
                   "found %s",
                   type_name(e));
       else if (!(rc = want_canonical(c, e, &s->arguments)))
-        rc = check_template(c, e);
+        rc = check_template(c, e, &s->sends_key);
       break;
     case 2: rc = want_name(c, e, "a shell command", &s->command); break;
     default: rc = parse_applied_when(c, e, s); break;
@@ -1049,6 +1069,34 @@ static const idem__tool_rule *find_rule(const idem_policy *p,
   return NULL;
 }
 
+
+/* A status request that carries the key ("{$key}" in its arguments, or in
+** an HTTP status tool's URL or headers) may come back in the answer: many
+** APIs echo their query.  Then the key anywhere in the result proves
+** nothing, and applied_when must say where the provider's records are. */
+static int sends_key(const idem__status_rule *st, const idem__tool_rule *s) {
+  size_t i;
+  if (st->sends_key) return 1;
+  if (!s->has_http) return 0;
+  if (s->http.url && strstr(s->http.url, "{$key}")) return 1;
+  for (i = 0; i < s->http.nheaders; i++)
+    if (strstr(s->http.hvalue[i], "{$key}")) return 1;
+  return 0;
+}
+
+static int check_echo(ctx *c, const idem__status_rule *st,
+                      const idem__tool_rule *s) {
+  if (!sends_key(st, s)) return IDEM_OK;
+  if (st->applied_when == IDEM__APPLIED_WHEN_KEY_PRESENT ||
+      (st->applied_when == IDEM__APPLIED_WHEN_KEY_AT && !st->pointer[0])) {
+    return fail(c, "the status request sends the key, so the key anywhere in "
+                   "the answer may be the query echoed; say where the "
+                   "records are, e.g. {\"pointer\": \"/refunds\", "
+                   "\"key_present\": true}");
+  }
+  return IDEM_OK;
+}
+
 static int parse_root(ctx *c, json_t *root) {
   static const char *const ROOT_FIELDS[] = {"unknown_tools", "tools", NULL};
   static const char *const UNKNOWN[] = {"refuse", "guard", "pass", NULL};
@@ -1057,7 +1105,7 @@ static int parse_root(ctx *c, json_t *root) {
   idem_policy *p = c->p;
   json_t *tools, *v;
   const char *k;
-  size_t at, i;
+  size_t at, i, tool_at;
   int rc, u;
   if (!json_is_object(root))
     return fail(c,
@@ -1083,7 +1131,7 @@ static int parse_root(ctx *c, json_t *root) {
     return nomem(c);
   json_object_foreach(tools, k, v) {
     idem__tool_rule *r = &p->tools[p->ntools];
-    size_t tool_at = path_push(c, k);
+    tool_at = path_push(c, k);
     if (!*k) return fail(c, "a tool name must not be empty");
     idem__rule_defaults(r, NULL);
     if (!(r->name = idem__strndup(k, strlen(k)))) return nomem(c);
@@ -1102,7 +1150,7 @@ static int parse_root(ctx *c, json_t *root) {
     path_push(c, "tools");
     path_push(c, r->name);
     path_push(c, "status");
-    path_push(c, "tool");
+    tool_at = path_push(c, "tool");
     quote(q, r->status.tool, 40);
     if (!(s = find_rule(p, r->status.tool)))
       return fail(c,
@@ -1112,6 +1160,9 @@ static int parse_root(ctx *c, json_t *root) {
     if (s->cls != IDEM_CLASS_READ_ONLY)
       return fail(c, "%s is %s; a status tool must be read_only", q,
                   class_name(s->cls));
+    path_pop(c, tool_at);
+    path_push(c, "applied_when");
+    if ((rc = check_echo(c, &r->status, s))) return rc;
   }
   return IDEM_OK;
 }
@@ -1507,6 +1558,10 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
       say(t, "the value at ");
       say_name(t, s->pointer, 1);
       say(t, " in its result equals %s", s->equals);
+    } else if (s->applied_when == IDEM__APPLIED_WHEN_KEY_AT) {
+      say(t, "the key appears as a string in the value at ");
+      say_name(t, s->pointer, 1);
+      say(t, " in its result");
     } else {
       say(t, "the key appears as a string in its result");
     }

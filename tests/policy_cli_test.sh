@@ -134,6 +134,15 @@ expect_rc 65 "check a status tool that is the tool itself"
 expect_err_re "^idem: .*/self\.json: tools\.refund\.status\.tool: is the tool itself" \
   "check a status tool that is the tool itself"
 
+# a status query that sends the key: the bare key_present would count the
+# query echoed back, so check refuses it and says what to write
+printf '{"tools": {"refund": {"class": "guarded", "status": {"tool": "find",
+  "arguments": {"client_ref": "{$key}"}}}, "find": {"class": "read_only"}}}\n' >"$T/echo.json"
+run policy check "$T/echo.json"
+expect_rc 65 "check key_present with the key sent"
+expect_err_re "^idem: .*/echo\.json: tools\.refund\.status\.applied_when: the status request sends the key, .*\"key_present\": true\}$" \
+  "check key_present with the key sent"
+
 run policy check "$T/missing.json"
 expect_rc 1 "check a missing file"
 expect_err_line "idem: $T/missing.json: No such file or directory" "check a missing file"

@@ -414,6 +414,26 @@ static void test_explain(void) {
   CHECK(t && !strstr(t, "\n\n\n") && t[strlen(t) - 1] == '\n');
   idem_free(t);
 
+  { /* the key under a pointer: read back, and in words */
+    idem_policy *q = parse(
+        "{\"tools\":{\"a\":{\"class\":\"guarded\",\"status\":{\"tool\":"
+        "\"s\",\"arguments\":{\"ref\":\"{$key}\"},\"applied_when\":"
+        "{\"key_present\":true,\"pointer\":\"/data\"}}},"
+        "\"s\":{\"class\":\"read_only\"}}}",
+        IDEM_OK);
+    if (q) {
+      const idem__tool_rule *r = rule(q, "a");
+      CHECK_INT(r->status.applied_when, IDEM__APPLIED_WHEN_KEY_AT);
+      CHECK_STR(r->status.pointer, "/data");
+      CHECK(r->status.equals == NULL);
+      t = explain(q, "a");
+      expect_in(t, "the key appears as a string in the value at \"/data\" "
+                   "in its result");
+      idem_free(t);
+    }
+    idem_policy_free(q);
+  }
+
   { /* settle_ms (SPEC §6a), bounded and 0, in words */
     idem_policy *q = parse("{\"tools\":{\"a\":{\"class\":\"guarded\","
                            "\"settle_ms\":90000},\"b\":{\"class\":"

@@ -3,6 +3,14 @@
 **
 **   test_seams LOG_URL    (a fresh store: sqlite:PATH or postgres://...)
 **
+** A status check that sends the key: the provider (an in-process ledger)
+** answers its status query {"client_ref": KEY} the way many APIs do, with
+** the query echoed: {"query": {"client_ref": KEY}, "refunds": [...]}.  The
+** policy must say where the records are; then a refund that never landed
+** is not taken for applied (it is retried and lands once), and one that
+** landed is found (and not sent again).  A policy that would count the
+** echo is refused.
+**
 ** Results of any size up to the result limit: a tool result of 2 MiB (JSON
 ** and text) comes back whole on the first answer and on every replay, and
 ** the record holds it; one past the limit is recorded as a note giving its
@@ -36,7 +44,136 @@ static idem_guard *open_guard(const idem_policy *p) {
   return g;
 }
 
-/* ---- results larger than the limit on arguments ---------------------------- */
+/* ---- a status query that echoes the key ---------------------------------- */
+
+/* The provider's ledger: the keys of the refunds it applied. */
+static char ledger[16][128];
+static int nledger;
+
+static int refunds_of(const char *key) {
+  int i, n = 0;
+  for (i = 0; i < nledger; i++) n += strcmp(ledger[i], key) == 0;
+  return n;
+}
+
+static void apply(const char *key) {
+  if (nledger < 16) snprintf(ledger[nledger++], sizeof ledger[0], "%s", key);
+}
+
+/* The status tool: its query echoed, then the refunds made under the key
+** it asks about. */
+static void status_answer(const char *query, size_t qlen, const char *key,
+                          char *out, size_t n) {
+  int k = snprintf(out, n, "{\"query\":%.*s,\"refunds\":[", (int)qlen, query);
+  int i, first = 1;
+  for (i = 0; i < nledger; i++)
+    if (strcmp(ledger[i], key) == 0) {
+      k += snprintf(out + k, n - (size_t)k,
+                    "%s{\"client_ref\":\"%s\",\"id\":\"re_%d\"}",
+                    first ? "" : ",", key, i + 1);
+      first = 0;
+    }
+  snprintf(out + k, n - (size_t)k, "]}");
+}
+
+static const char *ECHO_POLICY =
+    "{\"tools\":{\"refund\":{\"class\":\"guarded\",\"timeout_ms\":300,"
+    "\"retries\":1,\"backoff_ms\":1,\"settle_ms\":0,"
+    "\"status\":{\"tool\":\"find_refunds\","
+    "\"arguments\":{\"client_ref\":\"{$key}\"},"
+    "\"applied_when\":{\"pointer\":\"/refunds\",\"key_present\":true}}},"
+    "\"find_refunds\":{\"class\":\"read_only\"}}}";
+
+/* Drive one call through the steps.  The first attempt applies the refund
+** (landed) or not, and either way its answer is lost: the outcome is
+** unknown, and the attempt has ended.  Later attempts apply and answer. */
+static int drive(idem_guard *g, const char *call_id, int landed, char *key,
+                 int *attempts) {
+  static const char ARGS[] = "{\"order_id\":\"ord_1\",\"amount_cents\":6000}";
+  idem_call c = {sizeof c, call_id, call_id, "refund",
+                 ARGS,     sizeof ARGS - 1, NULL, 0};
+  idem_step *s = NULL;
+  char answer[2048];
+  const char *q;
+  size_t qlen;
+  int next, verdict, answered, rounds = 0;
+  *attempts = 0;
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  if (!s) return -1;
+  snprintf(key, 128, "%s", idem_step_key(s));
+  while ((next = idem_step_next(s)) != IDEM_NEXT_ANSWER && rounds++ < 10) {
+    if (next == IDEM_NEXT_EXECUTE) {
+      if (++*attempts == 1) {
+        if (landed) apply(idem_step_key(s));
+        CHECK_INT(idem_step_attempt_ended(s), IDEM_OK);
+        CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, NULL, 0,
+                                   "connection reset after the request"),
+                  IDEM_OK);
+      } else {
+        apply(idem_step_key(s));
+        CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED,
+                                   "{\"id\":\"re_x\"}", 13, NULL),
+                  IDEM_OK);
+      }
+    } else if (next == IDEM_NEXT_CHECK) {
+      CHECK_STR(idem_step_check_tool(s), "find_refunds");
+      q = idem_step_check_args(s, &qlen);
+      status_answer(q, qlen, idem_step_check_key(s), answer, sizeof answer);
+      verdict = idem_step_check_verdict(s, answer, strlen(answer));
+      CHECK_INT(idem_step_resolve(s, verdict, answer, strlen(answer)),
+                IDEM_OK);
+    } else {
+      fprintf(stderr, "%s: unexpected step %d\n", call_id, next);
+      check_failed++;
+      break;
+    }
+  }
+  answered = idem_step_answer(s);
+  idem_step_free(s);
+  return answered;
+}
+
+static void test_echo(void) {
+  idem_policy *p = policy(ECHO_POLICY), *bad = NULL;
+  idem_guard *g = open_guard(p);
+  char key[128];
+  int attempts;
+  static const char *WHEN[] = {
+      "", ",\"applied_when\":\"key_present\"",
+      ",\"applied_when\":{\"pointer\":\"\",\"key_present\":true}"};
+  size_t i;
+
+  /* never applied: the echo is no evidence - checked, retried, one refund */
+  CHECK_INT(drive(g, "call_1", 0, key, &attempts), IDEM_ANSWER_SUCCEEDED);
+  CHECK_INT(refunds_of(key), 1);
+  CHECK_INT(attempts, 2);
+  /* applied, the answer lost: the check finds it, nothing is sent again */
+  CHECK_INT(drive(g, "call_2", 1, key, &attempts), IDEM_ANSWER_SUCCEEDED);
+  CHECK_INT(refunds_of(key), 1);
+  CHECK_INT(attempts, 1);
+  CHECK_INT(nledger, 2);
+  idem_guard_close(g);
+  idem_policy_free(p);
+
+  /* a rule that would count the echo is refused, naming where */
+  for (i = 0; i < sizeof WHEN / sizeof *WHEN; i++) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"tools\":{\"refund\":{\"class\":\"guarded\","
+             "\"status\":{\"tool\":\"find_refunds\","
+             "\"arguments\":{\"client_ref\":\"{$key}\"}%s}},"
+             "\"find_refunds\":{\"class\":\"read_only\"}}}",
+             WHEN[i]);
+    CHECK_INT(idem_policy_parse(text, strlen(text), "t", &bad), IDEM_POLICY);
+    CHECK(bad && strstr(idem_policy_errmsg(bad),
+                        "tools.refund.status.applied_when: the status "
+                        "request sends the key"));
+    idem_policy_free(bad);
+    bad = NULL;
+  }
+}
+
+/* ---- results larger than the limit on arguments -------------------------- */
 
 static size_t big_len;
 static int big_json;
@@ -140,6 +277,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   log_url = argv[1];
+  test_echo();
   test_big_results();
   return check_done();
 }
