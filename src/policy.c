@@ -85,9 +85,13 @@ static int plain_name(const char *s) {
   return 1;
 }
 
+/* Room for a name quoted by quote(s, max). */
+#define QUOTED(max) ((max) * 6 + 40)
+
 /* Write s as a JSON string of at most about `max` source bytes into out
-** (room for max * 6 + 8), cutting at a UTF-8 boundary with "...".  Control
-** characters are escaped, so the result is safe on a terminal. */
+** (room for QUOTED(max)), cutting at a UTF-8 boundary with "..." and
+** saying how long s was: "aaaa..." (100000 bytes).  Control characters are
+** escaped, so the result is safe on a terminal. */
 static size_t quote(char *out, const char *s, size_t max) {
   size_t n = strlen(s), lim = n > max ? max : n, i, k = 0;
   while (lim < n && lim > 0 && ((unsigned char)s[lim] & 0xC0) == 0x80) lim--;
@@ -115,6 +119,7 @@ static size_t quote(char *out, const char *s, size_t max) {
   }
   out[k++] = '"';
   out[k] = '\0';
+  if (lim < n) k += (size_t)snprintf(out + k, 32, " (%zu bytes)", n);
   return k;
 }
 
@@ -133,7 +138,7 @@ static size_t path_push(ctx *c, const char *name) {
     if (c->plen) path_add(c, ".", 1);
     path_add(c, name, n);
   } else {
-    char q[48 * 6 + 16];
+    char q[QUOTED(48)];
     path_add(c, "[", 1);
     path_add(c, q, quote(q, name, 48));
     path_add(c, "]", 1);
@@ -322,7 +327,7 @@ static int want_string(ctx *c, const json_t *v, const char *what, char **out) {
 /* One of names (a NULL-terminated list), as its index. */
 static int want_enum(ctx *c, const json_t *v, const char *const *names,
                      int *index) {
-  char q[40 * 6 + 16], list[200];
+  char q[QUOTED(40)], list[200];
   const char *s;
   size_t i, n = 0;
   int at;
@@ -361,7 +366,7 @@ static int want_canonical(ctx *c, const json_t *v, char **out) {
 /* An RFC 6901 JSON pointer: "" or "/" segments, "~" only as ~0 or ~1. */
 static int want_pointer(ctx *c, const json_t *v, char **out) {
   const char *s;
-  char q[40 * 6 + 16];
+  char q[QUOTED(40)];
   if (!json_is_string(v))
     return fail(c, "expected a string (a JSON pointer), found %s",
                 type_name(v));
@@ -544,7 +549,7 @@ static int parse_fence(ctx *c, const json_t *v, idem__tool_rule *r) {
     r->nfence++;
     for (j = 0; j < i; j++)
       if (strcmp(r->fence[j], r->fence[i]) == 0) {
-        char q[40 * 6 + 16];
+        char q[QUOTED(40)];
         quote(q, r->fence[i], 40);
         return fail(c, "%s is named twice", q);
       }
@@ -582,7 +587,7 @@ static int check_template(ctx *c, json_t *v, int *key) {
     if (strcmp(s, "{$key}") == 0) *key = 1;
     if (n >= 3 && s[0] == '{' && s[1] == '$' && s[n - 1] == '}' &&
         strcmp(s, "{$key}") != 0) {
-      char q[40 * 6 + 16];
+      char q[QUOTED(40)];
       quote(q, s, 40);
       return fail(c,
                   "unknown placeholder %s (\"{$key}\" is the key, "
@@ -604,7 +609,7 @@ static int parse_applied_when(ctx *c, json_t *v, idem__status_rule *s) {
   size_t at;
   int rc;
   if (json_is_string(v)) {
-    char q[40 * 6 + 16];
+    char q[QUOTED(40)];
     if (strcmp(json_string_value(v), "key_present") == 0) return IDEM_OK;
     quote(q, json_string_value(v), 40);
     return fail(c,
@@ -789,7 +794,7 @@ static int is_token(const char *s) {
 ** URL, which must be percent-encoded). */
 static int check_text_template(ctx *c, const char *s, int url) {
   const char *p, *end;
-  char q[40 * 6 + 16];
+  char q[QUOTED(40)];
   for (p = s; *p; p++) {
     if ((unsigned char)*p < 0x20 || *p == 0x7f || (url && *p == ' ')) {
       quote(q, s, 40);
@@ -1144,7 +1149,7 @@ static int parse_root(ctx *c, json_t *root) {
   /* status tools: named by the policy, read_only */
   for (i = 0; i < p->ntools; i++) {
     const idem__tool_rule *r = &p->tools[i], *s;
-    char q[40 * 6 + 16];
+    char q[QUOTED(40)];
     if (!r->status.tool) continue;
     path_pop(c, at);
     path_push(c, "tools");
@@ -1396,14 +1401,14 @@ static void say(text *t, const char *fmt, ...) {
   t->b.len += (size_t)n;
 }
 
-/* A tool name as is when it is a plain identifier, else as a JSON string;
-** argument names always as JSON strings. */
+/* A tool name as is when it is a plain identifier of at most 64 bytes, else
+** as a JSON string cut at 64 bytes; argument names always as JSON strings. */
 static void say_name(text *t, const char *name, int always_quote) {
-  char q[200 * 6 + 16];
-  if (!always_quote && plain_name(name) && strlen(name) <= 200)
+  char q[QUOTED(64)];
+  if (!always_quote && plain_name(name) && strlen(name) <= 64)
     say(t, "%s", name);
   else {
-    quote(q, name, 200);
+    quote(q, name, 64);
     say(t, "%s", q);
   }
 }

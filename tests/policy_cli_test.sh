@@ -143,6 +143,28 @@ expect_rc 65 "check key_present with the key sent"
 expect_err_re "^idem: .*/echo\.json: tools\.refund\.status\.applied_when: the status request sends the key, .*\"key_present\": true\}$" \
   "check key_present with the key sent"
 
+# a 100 KB tool name is echoed cut, with its length: in check's report, in
+# explain and in an error
+long=$(head -c 100000 /dev/zero | tr '\0' a)
+printf '{"tools": {"%s": {"class": "guarded"}, "A%s": {"class": "guarded"}}}\n' \
+  "$long" "${long:1}" >"$T/long.json"
+run policy check "$T/long.json"
+expect_rc 0 "check a 100 KB name"
+cut=$(head -c 64 /dev/zero | tr '\0' a)
+expect_out "$T/long.json: ok (2 tools: \"A${cut:1}...\" (100000 bytes), \"$cut...\" (100000 bytes))" \
+  "check a 100 KB name: cut"
+run policy explain "$T/long.json" "$long"
+expect_rc 0 "explain a 100 KB name"
+if [ "$(wc -c <"$T/out")" -lt 4000 ] && grep -q '(100000 bytes)' "$T/out"; then ok; else
+  bad "explain a 100 KB name: $(wc -c <"$T/out") bytes"
+fi
+printf '{"tools": {"%s": {"class": "guarded", "retries": "x"}}}\n' "$long" >"$T/long_bad.json"
+run policy check "$T/long_bad.json"
+expect_rc 65 "check a bad rule of a 100 KB name"
+expect_err_re '^idem: .*long_bad\.json: tools\["a+\.\.\." \(100000 bytes\)\]\.retries: expected an integer' \
+  "check a bad rule of a 100 KB name: cut"
+if [ "$(wc -c <"$T/err")" -lt 400 ]; then ok; else bad "check a bad rule of a 100 KB name: $(wc -c <"$T/err") bytes"; fi
+
 run policy check "$T/missing.json"
 expect_rc 1 "check a missing file"
 expect_err_line "idem: $T/missing.json: No such file or directory" "check a missing file"

@@ -600,7 +600,7 @@ static void test_messages(void) {
   m = idem_policy_errmsg(p);
   CHECK(strlen(m) < 300);
   CHECK(strncmp(m, "tools[\"nnnn", 11) == 0);
-  CHECK(strstr(m, "...\"].fence: expected an array") != NULL);
+  CHECK(strstr(m, "...\" (602 bytes)].fence: expected an array") != NULL);
   CHECK(strchr(m, '\n') == NULL);
   idem_policy_free(p);
 
