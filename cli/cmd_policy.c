@@ -117,6 +117,8 @@ static int check(const char *path) {
     put_name(stdout, idem_policy_tool_name(p, i));
   }
   puts(")");
+  for (i = 0; idem_policy_warning(p, i); i++)
+    cli_err("%s: warning: %s", path, idem_policy_warning(p, i));
   idem_policy_free(p);
   return cli_flush();
 }

@@ -186,9 +186,15 @@ struct idem_policy {
   int unknown_tools;      /* IDEM_CLASS_REFUSED/GUARDED/READ_ONLY */
   idem__tool_rule *tools; /* sorted by name                       */
   size_t ntools;
+  char **warnings; /* things valid but likely wrong (idem_policy_warning) */
+  size_t nwarnings;
   int err;
   char errmsg[300];
 };
+
+/* name case folded and in Unicode NFC (fold.c), *len bytes; free with
+** idem__free.  NULL when memory ran out. */
+char *idem__name_fold(const char *name, size_t *len);
 
 /* What a status tool's result says under the rule's applied_when (verdict.c):
 ** IDEM_OUTCOME_APPLIED, _NOT_APPLIED, or _UNKNOWN when it is not JSON. */

@@ -91,14 +91,27 @@ static int plain_name(const char *s) {
 /* Write s as a JSON string of at most about `max` source bytes into out
 ** (room for QUOTED(max)), cutting at a UTF-8 boundary with "..." and
 ** saying how long s was: "aaaa..." (100000 bytes).  Control characters are
-** escaped, so the result is safe on a terminal. */
-static size_t quote(char *out, const char *s, size_t max) {
+** escaped, so the result is safe on a terminal; with ascii, every character
+** beyond ASCII is too (\u00e9), so names that look alike show how they
+** differ.  s is valid UTF-8 (jansson checked it). */
+static size_t quote_as(char *out, const char *s, size_t max, int ascii) {
   size_t n = strlen(s), lim = n > max ? max : n, i, k = 0;
   while (lim < n && lim > 0 && ((unsigned char)s[lim] & 0xC0) == 0x80) lim--;
   out[k++] = '"';
   for (i = 0; i < lim; i++) {
     unsigned char ch = (unsigned char)s[i];
-    if (ch == '"' || ch == '\\') {
+    if (ascii && ch >= 0x80) { /* one \u escape per UTF-16 unit */
+      size_t len = idem_utf8_char(s + i, lim - i), j;
+      unsigned long cp = ch & (0x7Fu >> len);
+      for (j = 1; j < len; j++) cp = cp << 6 | ((unsigned char)s[i + j] & 0x3F);
+      if (cp >= 0x10000)
+        k += (size_t)snprintf(out + k, 13, "\\u%04lx\\u%04lx",
+                              0xD800 + ((cp - 0x10000) >> 10),
+                              0xDC00 + ((cp - 0x10000) & 0x3FF));
+      else
+        k += (size_t)snprintf(out + k, 7, "\\u%04lx", cp);
+      i += len - 1;
+    } else if (ch == '"' || ch == '\\') {
       out[k++] = '\\';
       out[k++] = (char)ch;
     } else if (ch < 0x20 || ch == 0x7f) {
@@ -121,6 +134,10 @@ static size_t quote(char *out, const char *s, size_t max) {
   out[k] = '\0';
   if (lim < n) k += (size_t)snprintf(out + k, 32, " (%zu bytes)", n);
   return k;
+}
+
+static size_t quote(char *out, const char *s, size_t max) {
+  return quote_as(out, s, max, 0);
 }
 
 static void path_add(ctx *c, const char *s, size_t n) {
@@ -443,6 +460,10 @@ static void policy_clear(idem_policy *p) {
   idem__free(p->tools);
   p->tools = NULL;
   p->ntools = 0;
+  for (i = 0; i < p->nwarnings; i++) idem__free(p->warnings[i]);
+  idem__free(p->warnings);
+  p->warnings = NULL;
+  p->nwarnings = 0;
   p->unknown_tools = IDEM_CLASS_REFUSED;
 }
 
@@ -1172,6 +1193,71 @@ static int parse_root(ctx *c, json_t *root) {
   return IDEM_OK;
 }
 
+/* ---- warnings ------------------------------------------------------------- */
+
+#define MAX_WARNINGS 32 /* a policy keeps this many warnings at most */
+
+typedef struct folded {
+  char *text; /* the name case folded and in NFC */
+  size_t len;
+  const char *name;
+} folded;
+
+static int by_folded(const void *a, const void *b) {
+  const folded *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  int d = memcmp(x->text, y->text, n);
+  if (d) return d;
+  if (x->len != y->len) return x->len < y->len ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* Warn of tool names that are one name to a reader: equal after Unicode
+** case folding and NFC (fold.c), though idem matches names byte for byte -
+** "Refund" and "refund", or "café" written with a combining accent. */
+static int check_names(ctx *c) {
+  idem_policy *p = c->p;
+  folded *f;
+  size_t i;
+  int rc = IDEM_OK;
+  if (p->ntools < 2) return IDEM_OK;
+  if (!(f = idem__malloc(p->ntools * sizeof *f))) return nomem(c);
+  memset(f, 0, p->ntools * sizeof *f);
+  for (i = 0; i < p->ntools && !rc; i++) {
+    f[i].name = p->tools[i].name;
+    if (!(f[i].text = idem__name_fold(f[i].name, &f[i].len))) rc = nomem(c);
+  }
+  if (!rc) qsort(f, p->ntools, sizeof *f, by_folded);
+  for (i = 1; i < p->ntools && !rc && p->nwarnings < MAX_WARNINGS; i++) {
+    char a[QUOTED(64)], b[QUOTED(64)], ea[QUOTED(64)], eb[QUOTED(64)];
+    char esc[2 * QUOTED(64) + 16], w[4 * QUOTED(64) + 200];
+    if (f[i].len != f[i - 1].len || memcmp(f[i].text, f[i - 1].text, f[i].len))
+      continue;
+    quote(a, f[i - 1].name, 64);
+    quote(b, f[i].name, 64);
+    quote_as(ea, f[i - 1].name, 64, 1);
+    quote_as(eb, f[i].name, 64, 1);
+    esc[0] = '\0'; /* ASCII names show their difference as they are */
+    if (strcmp(a, ea) != 0 || strcmp(b, eb) != 0)
+      snprintf(esc, sizeof esc, " (%s and %s)", ea, eb);
+    snprintf(w, sizeof w,
+             "tools: %s and %s%s differ only in case or Unicode "
+             "normalization (NFC); idem tells them apart, so each has its "
+             "own rule - name each tool once",
+             a, b, esc);
+    if (!p->warnings &&
+        !(p->warnings = idem__malloc(MAX_WARNINGS * sizeof *p->warnings)))
+      rc = nomem(c);
+    else if (!(p->warnings[p->nwarnings] = idem__strndup(w, strlen(w))))
+      rc = nomem(c);
+    else
+      p->nwarnings++;
+  }
+  for (i = 0; i < p->ntools; i++) idem__free(f[i].text);
+  idem__free(f);
+  return rc;
+}
+
 /* Parse text into the empty policy p. */
 static int parse_into(idem_policy *p, const char *text, size_t len,
                       const char *origin) {
@@ -1199,6 +1285,7 @@ static int parse_into(idem_policy *p, const char *text, size_t len,
     return IDEM_POLICY;
   }
   rc = parse_root(&c, root);
+  if (!rc) rc = check_names(&c);
   json_decref(root);
   idem_canon_close(c.canon);
   if (rc) policy_clear(p);
@@ -1333,6 +1420,11 @@ size_t idem_policy_tool_count(const idem_policy *p) {
 
 const char *idem_policy_tool_name(const idem_policy *p, size_t i) {
   return i < idem_policy_tool_count(p) ? p->tools[i].name : NULL;
+}
+
+const char *idem_policy_warning(const idem_policy *p, size_t i) {
+  if (!p || p->magic != IDEM__POLICY_MAGIC) return NULL;
+  return i < p->nwarnings ? p->warnings[i] : NULL;
 }
 
 int idem_policy_tool(const idem_policy *p, const char *tool,
