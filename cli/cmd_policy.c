@@ -15,28 +15,36 @@
 
 #define WRAP 76
 
-/* A name as is when it is printable and plain, else as a JSON string, so a
-** name never breaks the one-line report. */
-static void print_name(const char *s) {
+#define NAME_MAX_SHOWN 64 /* bytes of a name echoed; then "... (N bytes)" */
+
+/* A name as is when it is printable, plain and short, else as a JSON string
+** cut at NAME_MAX_SHOWN bytes (at a UTF-8 boundary) with the length it had,
+** so a name never breaks the one-line report nor floods it. */
+static void put_name(FILE *f, const char *s) {
   const unsigned char *p = (const unsigned char *)s;
-  int plain = *p != '\0';
+  size_t n = strlen(s), lim = n > NAME_MAX_SHOWN ? NAME_MAX_SHOWN : n, i;
+  int plain = n > 0 && n == lim;
   for (; *p && plain; p++)
     if (*p <= ' ' || *p == 0x7f || *p == ',' || *p == '"' || *p == '\\')
       plain = 0;
   if (plain) {
-    fputs(s, stdout);
+    fputs(s, f);
     return;
   }
-  putchar('"');
-  for (p = (const unsigned char *)s; *p; p++) {
+  while (lim < n && lim > 0 && ((unsigned char)s[lim] & 0xC0) == 0x80) lim--;
+  putc('"', f);
+  for (i = 0, p = (const unsigned char *)s; i < lim; i++, p++) {
     if (*p == '"' || *p == '\\')
-      printf("\\%c", *p);
+      fprintf(f, "\\%c", *p);
     else if (*p < 0x20 || *p == 0x7f)
-      printf("\\u%04x", *p);
+      fprintf(f, "\\u%04x", *p);
     else
-      putchar(*p);
+      putc(*p, f);
   }
-  putchar('"');
+  if (lim < n)
+    fprintf(f, "...\" (%zu bytes)", n);
+  else
+    putc('"', f);
 }
 
 /* Print a paragraph wrapped at WRAP columns (counting bytes, so a line of
@@ -106,9 +114,11 @@ static int check(const char *path) {
   printf(": ok (%zu tool%s", n, n == 1 ? "" : "s");
   for (i = 0; i < n; i++) {
     fputs(i ? ", " : ": ", stdout);
-    print_name(idem_policy_tool_name(p, i));
+    put_name(stdout, idem_policy_tool_name(p, i));
   }
   puts(")");
+  for (i = 0; idem_policy_warning(p, i); i++)
+    cli_err("%s: warning: %s", path, idem_policy_warning(p, i));
   idem_policy_free(p);
   return cli_flush();
 }
@@ -121,7 +131,9 @@ static int explain(const char *path, const char *tool) {
   rc = idem_policy_explain(p, tool, &text);
   idem_policy_free(p);
   if (rc != IDEM_OK) {
-    cli_err("explain %s: %s", tool, idem_strerror(rc));
+    fputs("idem: explain ", stderr);
+    put_name(stderr, tool);
+    fprintf(stderr, ": %s\n", idem_strerror(rc));
     return EXIT_FAIL;
   }
   print_text(text);

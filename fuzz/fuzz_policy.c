@@ -51,6 +51,9 @@ static void check_rule(const idem_policy *p, const idem__tool_rule *r) {
     if (r->status.applied_when == IDEM__APPLIED_WHEN_POINTER &&
         (!r->status.pointer || !r->status.equals))
       abort();
+    if (r->status.applied_when == IDEM__APPLIED_WHEN_KEY_AT &&
+        (!r->status.pointer || r->status.equals))
+      abort();
   }
   if (r->n_exit_applied < 1 ||
       !disjoint(r->exit_applied, r->n_exit_applied, r->exit_not_applied,

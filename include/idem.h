@@ -349,6 +349,13 @@ IDEM_API int idem_policy_tool(const idem_policy *p, const char *tool,
 IDEM_API size_t idem_policy_tool_count(const idem_policy *p);
 IDEM_API const char *idem_policy_tool_name(const idem_policy *p, size_t i);
 
+/* The i-th warning about a loaded policy: something valid that is likely a
+** mistake, in one line (`tools: "Refund" and "refund" differ only in case
+** or Unicode normalization (NFC) ...`: two tool names equal after case
+** folding and NFC, which idem tells apart).  Borrowed from p; NULL past
+** the end.  Front ends print them (idem policy check, idem mcp). */
+IDEM_API const char *idem_policy_warning(const idem_policy *p, size_t i);
+
 /* ---------------------------------------------------------------------------
 ** The attempt log (SPEC §5): one record per action (session, call id).
 */

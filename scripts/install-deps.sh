@@ -6,7 +6,7 @@
 #   scripts/install-deps.sh --peers  also the npm test peers (tests/peers, tests/mcp)
 set -eu
 
-PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libmicrohttpd-dev curl python3 clang libclang-rt-dev"
+PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libunistring-dev libcurl4-openssl-dev libmicrohttpd-dev curl python3 clang libclang-rt-dev"
 # the Python binding's tests: pip and venv (pip brings setuptools and wheel,
 # the offline build backend of `pip install ./bindings/python`)
 PKGS="$PKGS python3-pip python3-venv"

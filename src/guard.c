@@ -1560,27 +1560,46 @@ int idem_guard_settle(idem_guard *g, const char *session, const char *call_id,
 
 /* A result as JSON for the record and the envelope: canonical when it is a
 ** JSON text, else a JSON string of it (so a tool's odd output can never
-** break the envelope).  NULL when there is none or memory ran out. */
+** break the envelope).  A result is kept up to IDEM__MAX_RESULT bytes of
+** JSON, whatever the limit on arguments; past it, and for bytes that are
+** not UTF-8, the record says what it was instead.  NULL when there is none
+** or memory ran out. */
 static char *result_json(idem_canon *c, const char *result, size_t len) {
+  idem_canon *big = NULL;
   const char *out;
   size_t olen, bad;
   idem__buf b;
-  char *r = NULL;
+  char *r = NULL, *z;
+  int rc = IDEM_RANGE;
   if (!result) return NULL;
-  if (idem_canon_json(c, result, len, &out, &olen) == IDEM_OK)
-    return idem__strndup(out, olen);
-  idem__buf_init(&b, c->out.cap);
-  {
-    char *z = idem__strndup(result, len);
-    if (z && idem__canon_string(&b, z, len, &bad) == IDEM_OK)
-      r = idem__strndup(b.p, b.len);
-    else if (z) { /* not UTF-8 either: describe it rather than lose it */
-      b.len = 0;
-      if (idem__buf_append(&b, "\"(a result that is not UTF-8 text)\"", 35) ==
-          IDEM_OK)
-        r = idem__strndup(b.p, b.len);
-    }
-    idem__free(z);
+  if (len > c->max_bytes && len <= IDEM__MAX_RESULT) {
+    if (idem_canon_open(&big) != IDEM_OK) return NULL;
+    idem_canon_limit(big, IDEM_LIMIT_BYTES, IDEM__MAX_RESULT);
+    c = big;
+  }
+  if (idem_canon_json(c, result, len, &out, &olen) == IDEM_OK &&
+      olen <= IDEM__MAX_RESULT) {
+    r = idem__strndup(out, olen);
+    idem_canon_close(big);
+    return r;
+  }
+  idem_canon_close(big);
+  idem__buf_init(&b, IDEM__MAX_RESULT * 6 + 2);
+  if (!(z = idem__strndup(result, len))) return NULL;
+  if (len <= IDEM__MAX_RESULT) rc = idem__canon_string(&b, z, len, &bad);
+  if (rc == IDEM_OK && b.len > IDEM__MAX_RESULT) rc = IDEM_RANGE;
+  idem__free(z);
+  if (rc == IDEM_OK) {
+    r = idem__strndup(b.p, b.len);
+  } else if (rc != IDEM_NOMEM) { /* describe it rather than lose it */
+    char what[128];
+    if (rc == IDEM_JSON_UTF8)
+      snprintf(what, sizeof what, "\"(a result that is not UTF-8 text)\"");
+    else
+      snprintf(what, sizeof what,
+               "\"(a result of %zu bytes, not kept: larger than %u MiB)\"",
+               len, (unsigned)(IDEM__MAX_RESULT >> 20));
+    r = idem__strndup(what, strlen(what));
   }
   idem__buf_free(&b);
   return r;

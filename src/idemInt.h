@@ -15,6 +15,10 @@
 
 #define IDEM__MAGIC_DEAD 0xdeadbeefu
 
+/* The largest result kept in a record, as JSON (the envelope's buffer holds
+** it with room to spare); a larger one is recorded as a note saying so. */
+#define IDEM__MAX_RESULT ((size_t)16 << 20)
+
 #if defined(__GNUC__)
 #define IDEM__LIKELY(x) __builtin_expect(!!(x), 1)
 #define IDEM__UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -104,7 +108,8 @@ int idem__buf_append(idem__buf *b, const void *src, size_t n);
 /* How a status check decides "applied" from its result. */
 enum {
   IDEM__APPLIED_WHEN_KEY_PRESENT = 1, /* the key appears as a string value */
-  IDEM__APPLIED_WHEN_POINTER = 2      /* the value at pointer == equals    */
+  IDEM__APPLIED_WHEN_POINTER = 2,     /* the value at pointer == equals    */
+  IDEM__APPLIED_WHEN_KEY_AT = 3       /* the key appears under pointer     */
 };
 
 typedef struct idem__status_rule {
@@ -113,8 +118,9 @@ typedef struct idem__status_rule {
                     /* for argument `name`, "{$key}" for the key; or NULL */
   char *command;    /* for idem exec: a shell command, or NULL            */
   int applied_when; /* IDEM__APPLIED_WHEN_*                               */
-  char *pointer;    /* RFC 6901 JSON pointer, with _POINTER               */
+  char *pointer;    /* RFC 6901 JSON pointer, with _POINTER and _KEY_AT   */
   char *equals;     /* canonical JSON value, with _POINTER                */
+  int sends_key;    /* the status request carries "{$key}" (arguments)    */
 } idem__status_rule;
 
 #define IDEM__MAX_EXIT_CODES IDEM_MAX_EXIT_CODES
@@ -180,9 +186,15 @@ struct idem_policy {
   int unknown_tools;      /* IDEM_CLASS_REFUSED/GUARDED/READ_ONLY */
   idem__tool_rule *tools; /* sorted by name                       */
   size_t ntools;
+  char **warnings; /* things valid but likely wrong (idem_policy_warning) */
+  size_t nwarnings;
   int err;
   char errmsg[300];
 };
+
+/* name case folded and in Unicode NFC (fold.c), *len bytes; free with
+** idem__free.  NULL when memory ran out. */
+char *idem__name_fold(const char *name, size_t *len);
 
 /* What a status tool's result says under the rule's applied_when (verdict.c):
 ** IDEM_OUTCOME_APPLIED, _NOT_APPLIED, or _UNKNOWN when it is not JSON. */

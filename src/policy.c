@@ -13,8 +13,10 @@
 ** freed.  Validation is strict and happens once, here: an unknown field at
 ** any level, a wrong type, a value out of range, or a combination that cannot
 ** mean anything (a key_arg on a read_only tool, a status tool that is not a
-** read_only tool of the same policy, an exit status that means two things)
-** is IDEM_POLICY.  The message starts with the path of the field,
+** read_only tool of the same policy, an exit status that means two things,
+** a status check that sends the key and would count it anywhere in the
+** answer, where an echo of the query puts it) is IDEM_POLICY.  The message
+** starts with the path of the field,
 ** `tools.refund.retries: expected an integer, found a string` (a name that
 ** is not a plain identifier is written as `tools["a b"]`), and reports the
 ** first problem in document order.  A syntax error keeps jansson's text,
@@ -83,16 +85,33 @@ static int plain_name(const char *s) {
   return 1;
 }
 
+/* Room for a name quoted by quote(s, max). */
+#define QUOTED(max) ((max) * 6 + 40)
+
 /* Write s as a JSON string of at most about `max` source bytes into out
-** (room for max * 6 + 8), cutting at a UTF-8 boundary with "...".  Control
-** characters are escaped, so the result is safe on a terminal. */
-static size_t quote(char *out, const char *s, size_t max) {
+** (room for QUOTED(max)), cutting at a UTF-8 boundary with "..." and
+** saying how long s was: "aaaa..." (100000 bytes).  Control characters are
+** escaped, so the result is safe on a terminal; with ascii, every character
+** beyond ASCII is too (\u00e9), so names that look alike show how they
+** differ.  s is valid UTF-8 (jansson checked it). */
+static size_t quote_as(char *out, const char *s, size_t max, int ascii) {
   size_t n = strlen(s), lim = n > max ? max : n, i, k = 0;
   while (lim < n && lim > 0 && ((unsigned char)s[lim] & 0xC0) == 0x80) lim--;
   out[k++] = '"';
   for (i = 0; i < lim; i++) {
     unsigned char ch = (unsigned char)s[i];
-    if (ch == '"' || ch == '\\') {
+    if (ascii && ch >= 0x80) { /* one \u escape per UTF-16 unit */
+      size_t len = idem_utf8_char(s + i, lim - i), j;
+      unsigned long cp = ch & (0x7Fu >> len);
+      for (j = 1; j < len; j++) cp = cp << 6 | ((unsigned char)s[i + j] & 0x3F);
+      if (cp >= 0x10000)
+        k += (size_t)snprintf(out + k, 13, "\\u%04lx\\u%04lx",
+                              0xD800 + ((cp - 0x10000) >> 10),
+                              0xDC00 + ((cp - 0x10000) & 0x3FF));
+      else
+        k += (size_t)snprintf(out + k, 7, "\\u%04lx", cp);
+      i += len - 1;
+    } else if (ch == '"' || ch == '\\') {
       out[k++] = '\\';
       out[k++] = (char)ch;
     } else if (ch < 0x20 || ch == 0x7f) {
@@ -113,7 +132,12 @@ static size_t quote(char *out, const char *s, size_t max) {
   }
   out[k++] = '"';
   out[k] = '\0';
+  if (lim < n) k += (size_t)snprintf(out + k, 32, " (%zu bytes)", n);
   return k;
+}
+
+static size_t quote(char *out, const char *s, size_t max) {
+  return quote_as(out, s, max, 0);
 }
 
 static void path_add(ctx *c, const char *s, size_t n) {
@@ -131,7 +155,7 @@ static size_t path_push(ctx *c, const char *name) {
     if (c->plen) path_add(c, ".", 1);
     path_add(c, name, n);
   } else {
-    char q[48 * 6 + 16];
+    char q[QUOTED(48)];
     path_add(c, "[", 1);
     path_add(c, q, quote(q, name, 48));
     path_add(c, "]", 1);
@@ -320,7 +344,7 @@ static int want_string(ctx *c, const json_t *v, const char *what, char **out) {
 /* One of names (a NULL-terminated list), as its index. */
 static int want_enum(ctx *c, const json_t *v, const char *const *names,
                      int *index) {
-  char q[40 * 6 + 16], list[200];
+  char q[QUOTED(40)], list[200];
   const char *s;
   size_t i, n = 0;
   int at;
@@ -359,7 +383,7 @@ static int want_canonical(ctx *c, const json_t *v, char **out) {
 /* An RFC 6901 JSON pointer: "" or "/" segments, "~" only as ~0 or ~1. */
 static int want_pointer(ctx *c, const json_t *v, char **out) {
   const char *s;
-  char q[40 * 6 + 16];
+  char q[QUOTED(40)];
   if (!json_is_string(v))
     return fail(c, "expected a string (a JSON pointer), found %s",
                 type_name(v));
@@ -436,6 +460,10 @@ static void policy_clear(idem_policy *p) {
   idem__free(p->tools);
   p->tools = NULL;
   p->ntools = 0;
+  for (i = 0; i < p->nwarnings; i++) idem__free(p->warnings[i]);
+  idem__free(p->warnings);
+  p->warnings = NULL;
+  p->nwarnings = 0;
   p->unknown_tools = IDEM_CLASS_REFUSED;
 }
 
@@ -542,7 +570,7 @@ static int parse_fence(ctx *c, const json_t *v, idem__tool_rule *r) {
     r->nfence++;
     for (j = 0; j < i; j++)
       if (strcmp(r->fence[j], r->fence[i]) == 0) {
-        char q[40 * 6 + 16];
+        char q[QUOTED(40)];
         quote(q, r->fence[i], 40);
         return fail(c, "%s is named twice", q);
       }
@@ -552,8 +580,9 @@ static int parse_fence(ctx *c, const json_t *v, idem__tool_rule *r) {
 }
 
 /* A status template may hold "{name}" (argument name) and "{$key}"; any
-** other "{$...}" is a typo that would be sent to the provider as is. */
-static int check_template(ctx *c, json_t *v) {
+** other "{$...}" is a typo that would be sent to the provider as is.
+** *key is set when "{$key}" is among its values. */
+static int check_template(ctx *c, json_t *v, int *key) {
   const char *k, *s;
   json_t *e;
   size_t i, at, n;
@@ -562,23 +591,24 @@ static int check_template(ctx *c, json_t *v) {
   case JSON_OBJECT:
     json_object_foreach(v, k, e) {
       at = path_push(c, k);
-      if ((rc = check_template(c, e))) return rc;
+      if ((rc = check_template(c, e, key))) return rc;
       path_pop(c, at);
     }
     return IDEM_OK;
   case JSON_ARRAY:
     json_array_foreach(v, i, e) {
       at = path_index(c, i);
-      if ((rc = check_template(c, e))) return rc;
+      if ((rc = check_template(c, e, key))) return rc;
       path_pop(c, at);
     }
     return IDEM_OK;
   case JSON_STRING:
     s = json_string_value(v);
     n = json_string_length(v);
+    if (strcmp(s, "{$key}") == 0) *key = 1;
     if (n >= 3 && s[0] == '{' && s[1] == '$' && s[n - 1] == '}' &&
         strcmp(s, "{$key}") != 0) {
-      char q[40 * 6 + 16];
+      char q[QUOTED(40)];
       quote(q, s, 40);
       return fail(c,
                   "unknown placeholder %s (\"{$key}\" is the key, "
@@ -592,14 +622,15 @@ static int check_template(ctx *c, json_t *v) {
 
 static const char *const STATUS_FIELDS[] = {"tool", "arguments", "command",
                                             "applied_when", NULL};
-static const char *const WHEN_FIELDS[] = {"pointer", "equals", NULL};
+static const char *const WHEN_FIELDS[] = {"pointer", "equals", "key_present",
+                                          NULL};
 
 static int parse_applied_when(ctx *c, json_t *v, idem__status_rule *s) {
-  json_t *ptr, *eq;
+  json_t *ptr, *eq, *kp;
   size_t at;
   int rc;
   if (json_is_string(v)) {
-    char q[40 * 6 + 16];
+    char q[QUOTED(40)];
     if (strcmp(json_string_value(v), "key_present") == 0) return IDEM_OK;
     quote(q, json_string_value(v), 40);
     return fail(c,
@@ -610,17 +641,32 @@ static int parse_applied_when(ctx *c, json_t *v, idem__status_rule *s) {
   if (!json_is_object(v))
     return fail(c,
                 "expected \"key_present\" or an object {\"pointer\", "
-                "\"equals\"}, found %s",
+                "\"equals\" or \"key_present\"}, found %s",
                 type_name(v));
   if ((rc = check_members(c, v, WHEN_FIELDS))) return rc;
   ptr = json_object_get(v, "pointer");
   eq = json_object_get(v, "equals");
+  kp = json_object_get(v, "key_present");
   at = path_push(c, "pointer");
   if (!ptr) return fail(c, "missing (the JSON pointer of the value to test)");
   if ((rc = want_pointer(c, ptr, &s->pointer))) return rc;
   path_pop(c, at);
+  if (eq && kp)
+    return fail(c, "has both equals and key_present; give one");
+  if (kp) {
+    path_push(c, "key_present");
+    if (!json_is_true(kp))
+      return fail(c, "expected true (the key appears under the pointer), "
+                     "found %s",
+                  json_is_false(kp) ? "false" : type_name(kp));
+    path_pop(c, at);
+    s->applied_when = IDEM__APPLIED_WHEN_KEY_AT;
+    return IDEM_OK;
+  }
   path_push(c, "equals");
-  if (!eq) return fail(c, "missing (the value that means applied)");
+  if (!eq)
+    return fail(c, "missing (the value that means applied; or give "
+                   "\"key_present\": true)");
   if ((rc = want_canonical(c, eq, &s->equals))) return rc;
   path_pop(c, at);
   s->applied_when = IDEM__APPLIED_WHEN_POINTER;
@@ -651,7 +697,7 @@ static int parse_status(ctx *c, json_t *v, idem__tool_rule *r) {
                   "found %s",
                   type_name(e));
       else if (!(rc = want_canonical(c, e, &s->arguments)))
-        rc = check_template(c, e);
+        rc = check_template(c, e, &s->sends_key);
       break;
     case 2: rc = want_name(c, e, "a shell command", &s->command); break;
     default: rc = parse_applied_when(c, e, s); break;
@@ -769,7 +815,7 @@ static int is_token(const char *s) {
 ** URL, which must be percent-encoded). */
 static int check_text_template(ctx *c, const char *s, int url) {
   const char *p, *end;
-  char q[40 * 6 + 16];
+  char q[QUOTED(40)];
   for (p = s; *p; p++) {
     if ((unsigned char)*p < 0x20 || *p == 0x7f || (url && *p == ' ')) {
       quote(q, s, 40);
@@ -1049,6 +1095,34 @@ static const idem__tool_rule *find_rule(const idem_policy *p,
   return NULL;
 }
 
+
+/* A status request that carries the key ("{$key}" in its arguments, or in
+** an HTTP status tool's URL or headers) may come back in the answer: many
+** APIs echo their query.  Then the key anywhere in the result proves
+** nothing, and applied_when must say where the provider's records are. */
+static int sends_key(const idem__status_rule *st, const idem__tool_rule *s) {
+  size_t i;
+  if (st->sends_key) return 1;
+  if (!s->has_http) return 0;
+  if (s->http.url && strstr(s->http.url, "{$key}")) return 1;
+  for (i = 0; i < s->http.nheaders; i++)
+    if (strstr(s->http.hvalue[i], "{$key}")) return 1;
+  return 0;
+}
+
+static int check_echo(ctx *c, const idem__status_rule *st,
+                      const idem__tool_rule *s) {
+  if (!sends_key(st, s)) return IDEM_OK;
+  if (st->applied_when == IDEM__APPLIED_WHEN_KEY_PRESENT ||
+      (st->applied_when == IDEM__APPLIED_WHEN_KEY_AT && !st->pointer[0])) {
+    return fail(c, "the status request sends the key, so the key anywhere in "
+                   "the answer may be the query echoed; say where the "
+                   "records are, e.g. {\"pointer\": \"/refunds\", "
+                   "\"key_present\": true}");
+  }
+  return IDEM_OK;
+}
+
 static int parse_root(ctx *c, json_t *root) {
   static const char *const ROOT_FIELDS[] = {"unknown_tools", "tools", NULL};
   static const char *const UNKNOWN[] = {"refuse", "guard", "pass", NULL};
@@ -1057,7 +1131,7 @@ static int parse_root(ctx *c, json_t *root) {
   idem_policy *p = c->p;
   json_t *tools, *v;
   const char *k;
-  size_t at, i;
+  size_t at, i, tool_at;
   int rc, u;
   if (!json_is_object(root))
     return fail(c,
@@ -1083,7 +1157,7 @@ static int parse_root(ctx *c, json_t *root) {
     return nomem(c);
   json_object_foreach(tools, k, v) {
     idem__tool_rule *r = &p->tools[p->ntools];
-    size_t tool_at = path_push(c, k);
+    tool_at = path_push(c, k);
     if (!*k) return fail(c, "a tool name must not be empty");
     idem__rule_defaults(r, NULL);
     if (!(r->name = idem__strndup(k, strlen(k)))) return nomem(c);
@@ -1096,13 +1170,13 @@ static int parse_root(ctx *c, json_t *root) {
   /* status tools: named by the policy, read_only */
   for (i = 0; i < p->ntools; i++) {
     const idem__tool_rule *r = &p->tools[i], *s;
-    char q[40 * 6 + 16];
+    char q[QUOTED(40)];
     if (!r->status.tool) continue;
     path_pop(c, at);
     path_push(c, "tools");
     path_push(c, r->name);
     path_push(c, "status");
-    path_push(c, "tool");
+    tool_at = path_push(c, "tool");
     quote(q, r->status.tool, 40);
     if (!(s = find_rule(p, r->status.tool)))
       return fail(c,
@@ -1112,8 +1186,76 @@ static int parse_root(ctx *c, json_t *root) {
     if (s->cls != IDEM_CLASS_READ_ONLY)
       return fail(c, "%s is %s; a status tool must be read_only", q,
                   class_name(s->cls));
+    path_pop(c, tool_at);
+    path_push(c, "applied_when");
+    if ((rc = check_echo(c, &r->status, s))) return rc;
   }
   return IDEM_OK;
+}
+
+/* ---- warnings ------------------------------------------------------------- */
+
+#define MAX_WARNINGS 32 /* a policy keeps this many warnings at most */
+
+typedef struct folded {
+  char *text; /* the name case folded and in NFC */
+  size_t len;
+  const char *name;
+} folded;
+
+static int by_folded(const void *a, const void *b) {
+  const folded *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  int d = memcmp(x->text, y->text, n);
+  if (d) return d;
+  if (x->len != y->len) return x->len < y->len ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* Warn of tool names that are one name to a reader: equal after Unicode
+** case folding and NFC (fold.c), though idem matches names byte for byte -
+** "Refund" and "refund", or "café" written with a combining accent. */
+static int check_names(ctx *c) {
+  idem_policy *p = c->p;
+  folded *f;
+  size_t i;
+  int rc = IDEM_OK;
+  if (p->ntools < 2) return IDEM_OK;
+  if (!(f = idem__malloc(p->ntools * sizeof *f))) return nomem(c);
+  memset(f, 0, p->ntools * sizeof *f);
+  for (i = 0; i < p->ntools && !rc; i++) {
+    f[i].name = p->tools[i].name;
+    if (!(f[i].text = idem__name_fold(f[i].name, &f[i].len))) rc = nomem(c);
+  }
+  if (!rc) qsort(f, p->ntools, sizeof *f, by_folded);
+  for (i = 1; i < p->ntools && !rc && p->nwarnings < MAX_WARNINGS; i++) {
+    char a[QUOTED(64)], b[QUOTED(64)], ea[QUOTED(64)], eb[QUOTED(64)];
+    char esc[2 * QUOTED(64) + 16], w[4 * QUOTED(64) + 200];
+    if (f[i].len != f[i - 1].len || memcmp(f[i].text, f[i - 1].text, f[i].len))
+      continue;
+    quote(a, f[i - 1].name, 64);
+    quote(b, f[i].name, 64);
+    quote_as(ea, f[i - 1].name, 64, 1);
+    quote_as(eb, f[i].name, 64, 1);
+    esc[0] = '\0'; /* ASCII names show their difference as they are */
+    if (strcmp(a, ea) != 0 || strcmp(b, eb) != 0)
+      snprintf(esc, sizeof esc, " (%s and %s)", ea, eb);
+    snprintf(w, sizeof w,
+             "tools: %s and %s%s differ only in case or Unicode "
+             "normalization (NFC); idem tells them apart, so each has its "
+             "own rule - name each tool once",
+             a, b, esc);
+    if (!p->warnings &&
+        !(p->warnings = idem__malloc(MAX_WARNINGS * sizeof *p->warnings)))
+      rc = nomem(c);
+    else if (!(p->warnings[p->nwarnings] = idem__strndup(w, strlen(w))))
+      rc = nomem(c);
+    else
+      p->nwarnings++;
+  }
+  for (i = 0; i < p->ntools; i++) idem__free(f[i].text);
+  idem__free(f);
+  return rc;
 }
 
 /* Parse text into the empty policy p. */
@@ -1143,6 +1285,7 @@ static int parse_into(idem_policy *p, const char *text, size_t len,
     return IDEM_POLICY;
   }
   rc = parse_root(&c, root);
+  if (!rc) rc = check_names(&c);
   json_decref(root);
   idem_canon_close(c.canon);
   if (rc) policy_clear(p);
@@ -1279,6 +1422,11 @@ const char *idem_policy_tool_name(const idem_policy *p, size_t i) {
   return i < idem_policy_tool_count(p) ? p->tools[i].name : NULL;
 }
 
+const char *idem_policy_warning(const idem_policy *p, size_t i) {
+  if (!p || p->magic != IDEM__POLICY_MAGIC) return NULL;
+  return i < p->nwarnings ? p->warnings[i] : NULL;
+}
+
 int idem_policy_tool(const idem_policy *p, const char *tool,
                      idem_tool_info *out) {
   idem__tool_rule scratch;
@@ -1345,14 +1493,14 @@ static void say(text *t, const char *fmt, ...) {
   t->b.len += (size_t)n;
 }
 
-/* A tool name as is when it is a plain identifier, else as a JSON string;
-** argument names always as JSON strings. */
+/* A tool name as is when it is a plain identifier of at most 64 bytes, else
+** as a JSON string cut at 64 bytes; argument names always as JSON strings. */
 static void say_name(text *t, const char *name, int always_quote) {
-  char q[200 * 6 + 16];
-  if (!always_quote && plain_name(name) && strlen(name) <= 200)
+  char q[QUOTED(64)];
+  if (!always_quote && plain_name(name) && strlen(name) <= 64)
     say(t, "%s", name);
   else {
-    quote(q, name, 200);
+    quote(q, name, 64);
     say(t, "%s", q);
   }
 }
@@ -1507,6 +1655,10 @@ static void explain_guarded(text *t, const idem__tool_rule *r,
       say(t, "the value at ");
       say_name(t, s->pointer, 1);
       say(t, " in its result equals %s", s->equals);
+    } else if (s->applied_when == IDEM__APPLIED_WHEN_KEY_AT) {
+      say(t, "the key appears as a string in the value at ");
+      say_name(t, s->pointer, 1);
+      say(t, " in its result");
     } else {
       say(t, "the key appears as a string in its result");
     }

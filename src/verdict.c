@@ -4,11 +4,16 @@
 **
 ** A status tool answers with a JSON result; the policy says how to read
 ** it: "key_present" (the action's key appears as a string value anywhere
-** in the result) or {"pointer": P, "equals": V} (the value at the RFC 6901
-** pointer P equals V, compared in RFC 8785 canonical form).  A result that
-** is not JSON says nothing: the outcome stays unknown.  A pointer that
-** leads nowhere means "not applied", as does a result without the key -
-** the status tool answered, and did not show the action.
+** in the result), {"pointer": P, "key_present": true} (the key appears
+** anywhere in the value at the RFC 6901 pointer P), or {"pointer": P,
+** "equals": V} (the value at P equals V, compared in RFC 8785 canonical
+** form).  A status request that sends the key may get it back as an echo
+** of its query, which proves nothing: the policy then refuses the bare
+** "key_present" and a pointer of "" (policy.c), so only the records under
+** P count.  A result that is not JSON says nothing: the outcome stays
+** unknown.  A pointer that leads nowhere means "not applied", as does a
+** result without the key - the status tool answered, and did not show the
+** action.
 */
 #include <string.h>
 
@@ -90,6 +95,9 @@ int idem__status_verdict(const idem__status_rule *s, const char *key,
   if (s->applied_when == IDEM__APPLIED_WHEN_POINTER) {
     json_t *v = follow(root, s->pointer ? s->pointer : "");
     applied = v && s->equals && equals_canonical(v, s->equals);
+  } else if (s->applied_when == IDEM__APPLIED_WHEN_KEY_AT) {
+    json_t *v = follow(root, s->pointer ? s->pointer : "");
+    applied = v && key && has_string(v, key, strlen(key));
   } else {
     applied = key && has_string(root, key, strlen(key));
   }

@@ -134,6 +134,55 @@ expect_rc 65 "check a status tool that is the tool itself"
 expect_err_re "^idem: .*/self\.json: tools\.refund\.status\.tool: is the tool itself" \
   "check a status tool that is the tool itself"
 
+# a status query that sends the key: the bare key_present would count the
+# query echoed back, so check refuses it and says what to write
+printf '{"tools": {"refund": {"class": "guarded", "status": {"tool": "find",
+  "arguments": {"client_ref": "{$key}"}}}, "find": {"class": "read_only"}}}\n' >"$T/echo.json"
+run policy check "$T/echo.json"
+expect_rc 65 "check key_present with the key sent"
+expect_err_re "^idem: .*/echo\.json: tools\.refund\.status\.applied_when: the status request sends the key, .*\"key_present\": true\}$" \
+  "check key_present with the key sent"
+
+# names that differ only in case or Unicode normalization: valid, with a
+# warning for each pair on stderr, naming both
+printf '{"tools": {"Refund": {"class": "guarded"}, "refund": {"class": "read_only"},
+  "caf\xc3\xa9": {"class": "read_only"}, "cafe\xcc\x81": {"class": "guarded"}}}\n' >"$T/fold.json"
+run policy check "$T/fold.json"
+expect_rc 0 "check names equal after folding"
+if [ "$(grep -c ': warning: ' "$T/err")" = 2 ]; then ok; else
+  bad "check names equal after folding: want 2 warnings, stderr '$(cat "$T/err")'"
+fi
+expect_err_line "idem: $T/fold.json: warning: tools: \"cafe$(printf '\xcc\x81')\" and \"caf$(printf '\xc3\xa9')\" (\"cafe\\u0301\" and \"caf\\u00e9\") differ only in case or Unicode normalization (NFC); idem tells them apart, so each has its own rule - name each tool once" \
+  "check names equal after NFC"
+if grep -q 'warning: tools: "Refund" and "refund" differ only in case' "$T/err"; then ok; else
+  bad "check names equal after case folding: stderr '$(cat "$T/err")'"
+fi
+
+# a 100 KB tool name is echoed cut, with its length: in check's report, in
+# a warning, in explain and in an error
+long=$(head -c 100000 /dev/zero | tr '\0' a)
+printf '{"tools": {"%s": {"class": "guarded"}, "A%s": {"class": "guarded"}}}\n' \
+  "$long" "${long:1}" >"$T/long.json"
+run policy check "$T/long.json"
+expect_rc 0 "check a 100 KB name"
+cut=$(head -c 64 /dev/zero | tr '\0' a)
+expect_out "$T/long.json: ok (2 tools: \"A${cut:1}...\" (100000 bytes), \"$cut...\" (100000 bytes))" \
+  "check a 100 KB name: cut"
+if [ "$(wc -c <"$T/err")" -lt 600 ] && grep -q '\.\.\." (100000 bytes) differ only' "$T/err"; then ok; else
+  bad "check a 100 KB name: the warning is $(wc -c <"$T/err") bytes"
+fi
+run policy explain "$T/long.json" "$long"
+expect_rc 0 "explain a 100 KB name"
+if [ "$(wc -c <"$T/out")" -lt 4000 ] && grep -q '(100000 bytes)' "$T/out"; then ok; else
+  bad "explain a 100 KB name: $(wc -c <"$T/out") bytes"
+fi
+printf '{"tools": {"%s": {"class": "guarded", "retries": "x"}}}\n' "$long" >"$T/long_bad.json"
+run policy check "$T/long_bad.json"
+expect_rc 65 "check a bad rule of a 100 KB name"
+expect_err_re '^idem: .*long_bad\.json: tools\["a+\.\.\." \(100000 bytes\)\]\.retries: expected an integer' \
+  "check a bad rule of a 100 KB name: cut"
+if [ "$(wc -c <"$T/err")" -lt 400 ]; then ok; else bad "check a bad rule of a 100 KB name: $(wc -c <"$T/err") bytes"; fi
+
 run policy check "$T/missing.json"
 expect_rc 1 "check a missing file"
 expect_err_line "idem: $T/missing.json: No such file or directory" "check a missing file"

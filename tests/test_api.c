@@ -410,6 +410,8 @@ static void test_tool_info(void) {
   CHECK_STR(idem_policy_tool_name(p, 0), "deploy");
   CHECK(idem_policy_tool_name(p, 1) == NULL);
   CHECK_INT(idem_policy_tool_count(NULL), 0);
+  CHECK(idem_policy_warning(p, 0) == NULL);
+  CHECK(idem_policy_warning(NULL, 0) == NULL);
   CHECK_INT(idem_policy_tool(p, "deploy", &i), IDEM_OK);
   CHECK_INT(i.named, 1);
   CHECK_INT(i.cls, IDEM_CLASS_GUARDED);

@@ -414,6 +414,26 @@ static void test_explain(void) {
   CHECK(t && !strstr(t, "\n\n\n") && t[strlen(t) - 1] == '\n');
   idem_free(t);
 
+  { /* the key under a pointer: read back, and in words */
+    idem_policy *q = parse(
+        "{\"tools\":{\"a\":{\"class\":\"guarded\",\"status\":{\"tool\":"
+        "\"s\",\"arguments\":{\"ref\":\"{$key}\"},\"applied_when\":"
+        "{\"key_present\":true,\"pointer\":\"/data\"}}},"
+        "\"s\":{\"class\":\"read_only\"}}}",
+        IDEM_OK);
+    if (q) {
+      const idem__tool_rule *r = rule(q, "a");
+      CHECK_INT(r->status.applied_when, IDEM__APPLIED_WHEN_KEY_AT);
+      CHECK_STR(r->status.pointer, "/data");
+      CHECK(r->status.equals == NULL);
+      t = explain(q, "a");
+      expect_in(t, "the key appears as a string in the value at \"/data\" "
+                   "in its result");
+      idem_free(t);
+    }
+    idem_policy_free(q);
+  }
+
   { /* settle_ms (SPEC §6a), bounded and 0, in words */
     idem_policy *q = parse("{\"tools\":{\"a\":{\"class\":\"guarded\","
                            "\"settle_ms\":90000},\"b\":{\"class\":"
@@ -580,7 +600,7 @@ static void test_messages(void) {
   m = idem_policy_errmsg(p);
   CHECK(strlen(m) < 300);
   CHECK(strncmp(m, "tools[\"nnnn", 11) == 0);
-  CHECK(strstr(m, "...\"].fence: expected an array") != NULL);
+  CHECK(strstr(m, "...\" (602 bytes)].fence: expected an array") != NULL);
   CHECK(strchr(m, '\n') == NULL);
   idem_policy_free(p);
 
@@ -593,6 +613,62 @@ static void test_messages(void) {
     CHECK(strncmp(m, "tools.a[\"nnn", 12) == 0);
     CHECK(strstr(m, ": unknown field") != NULL);
   }
+  idem_policy_free(p);
+}
+
+/* Tool names that differ only in case or Unicode normalization: a warning
+** naming both, for each pair; names cut at 64 bytes with their length. */
+static void test_warnings(void) {
+  char text[4096], name[700];
+  idem_policy *p = parse(
+      "{\"tools\": {\"Refund\": {\"class\": \"guarded\"},"
+      " \"refund\": {\"class\": \"read_only\"},"
+      " \"caf\xc3\xa9\": {\"class\": \"read_only\"}," /* NFC */
+      " \"cafe\xcc\x81\": {\"class\": \"guarded\"}," /* NFD */
+      " \"stra\xc3\x9f" "e\": {\"class\": \"guarded\"},"
+      " \"STRASSE\": {\"class\": \"guarded\"},"
+      " \"refunds\": {\"class\": \"guarded\"}}}",
+      IDEM_OK);
+  const char *w;
+  if (p) {
+    CHECK_INT(p->ntools, 7);
+    w = idem_policy_warning(p, 0);
+    CHECK(w && strstr(w, "tools: \"cafe\xcc\x81\" and \"caf\xc3\xa9\" "
+                         "(\"cafe\\u0301\" and \"caf\\u00e9\") differ "
+                         "only in case or Unicode normalization (NFC)"));
+    w = idem_policy_warning(p, 1);
+    CHECK(w && strstr(w, "tools: \"Refund\" and \"refund\" differ"));
+    w = idem_policy_warning(p, 2);
+    CHECK(w && strstr(w, "tools: \"STRASSE\" and \"stra\xc3\x9f"
+                         "e\" (\"STRASSE\" and \"stra\\u00dfe\") differ"));
+    CHECK(idem_policy_warning(p, 3) == NULL);
+  }
+  idem_policy_free(p);
+  /* beyond the BMP, a character is escaped as a surrogate pair */
+  p = parse("{\"tools\": {\"\xf0\x9d\x90\x80x\": {\"class\": \"guarded\"},"
+            " \"\xf0\x9d\x90\x80X\": {\"class\": \"guarded\"}}}",
+            IDEM_OK);
+  w = idem_policy_warning(p, 0);
+  CHECK(w && strstr(w, "(\"\\ud835\\udc00X\" and \"\\ud835\\udc00x\")"));
+  idem_policy_free(p);
+  /* none for distinct names, nor from a handle that is not a policy */
+  p = parse(SPEC_EXAMPLE, IDEM_OK);
+  CHECK(idem_policy_warning(p, 0) == NULL);
+  idem_policy_free(p);
+  CHECK(idem_policy_warning(NULL, 0) == NULL);
+  /* long names are cut in the warning, and say how long they were */
+  memset(name, 'n', 600);
+  name[600] = '\0';
+  snprintf(text, sizeof text,
+           "{\"tools\": {\"%s\": {\"class\": \"guarded\"}, "
+           "\"N%s\": {\"class\": \"guarded\"}}}",
+           name, name + 1);
+  p = parse(text, IDEM_OK);
+  w = idem_policy_warning(p, 0);
+  CHECK(w && strlen(w) < 400);
+  CHECK(w && strstr(w, "tools: \"Nnnn"));
+  CHECK(w && strstr(w, "nnn...\" (600 bytes) and \"nnnn"));
+  CHECK(w && strstr(w, "nnn...\" (600 bytes) differ only"));
   idem_policy_free(p);
 }
 
@@ -879,6 +955,7 @@ int main(int argc, char **argv) {
   test_explain();
   test_misuse();
   test_messages();
+  test_warnings();
   test_files();
   test_alloc_failures();
   test_http();

@@ -685,6 +685,8 @@ int cmd_mcp(int argc, char **argv) {
     code = rc == IDEM_POLICY ? EXIT_DATA : EXIT_FAIL;
     goto out;
   }
+  for (size_t i = 0; idem_policy_warning(w->policy, i); i++)
+    cli_err("%s: warning: %s", policy_path, idem_policy_warning(w->policy, i));
   if ((rc = guarding_policy(policy_path, &w->gpolicy))) {
     cli_err("%s: %s", policy_path,
             w->gpolicy ? idem_policy_errmsg(w->gpolicy) : "cannot be read");

@@ -51,7 +51,8 @@ export function refundPolicy(dir, name, extra = {}) {
     tools: {
       refund_payment: {
         class: "guarded", timeout_ms: 5000, key_arg: "idempotency_key", fence: ["order_id"],
-        status: { tool: "get_refund_status", arguments: { idempotency_key: "{$key}" }, applied_when: "key_present" },
+        status: { tool: "get_refund_status", arguments: { idempotency_key: "{$key}" },
+                  applied_when: { pointer: "/data", key_present: true } },
         ...extra,
       },
       get_refund_status: { class: "read_only" },

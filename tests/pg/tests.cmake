@@ -21,3 +21,5 @@ add_test(NAME turns_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_serve
 add_test(NAME resolve_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   sh -c "exec ${BASH} \"$0\" \"$1\" \"$IDEM_PG_URL\""
   ${CMAKE_CURRENT_SOURCE_DIR}/resolve_test.sh $<TARGET_FILE:idem>)
+add_test(NAME seams_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  sh -c "exec \"$0\" \"$IDEM_PG_URL\"" $<TARGET_FILE:test_seams>)
