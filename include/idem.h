@@ -519,7 +519,13 @@ IDEM_API int idem_guard_begin(idem_guard *g, const idem_call *call,
 IDEM_API int idem_step_next(const idem_step *s);
 
 /* Report the downstream call's outcome; result is the tool's result as
-** JSON text (or NULL), error a message for REJECTED/NOT_APPLIED/UNKNOWN. */
+** JSON text (or NULL), error a message for REJECTED/NOT_APPLIED/UNKNOWN.
+** When the log cannot record the outcome (a full disk, a lost connection),
+** the step still answers, IDEM_OK: outcome_unknown, in words that say the
+** call ran, what was reported and that it could not be recorded (the
+** log's error is idem_guard_errmsg()).  The record stays pending; a later
+** call of the action, in this process or another, takes it over and
+** reconciles it. */
 IDEM_API int idem_step_finish(idem_step *s, int outcome, const char *result,
                               size_t result_len, const char *error);
 /* Before idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, ...), or before a late
