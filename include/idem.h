@@ -648,7 +648,10 @@ typedef struct idem_settlement {
 IDEM_API int idem_guard_settle_many(idem_guard *g, idem_settlement *v,
                                     size_t n);
 
-/* The fencing token this step holds (for idem_guard_late). */
+/* The fencing token this step holds (for idem_guard_late), or 0 for a
+** step that records nothing (a read_only or idempotent tool, SPEC §6.1):
+** idem_guard_late and idem_guard_executor_lease with token 0 do nothing
+** and succeed, so an executor runs such a step without a hand-over. */
 IDEM_API long long idem_step_token(const idem_step *s);
 
 /* Record a result that arrived after the deadline, from wherever it
@@ -771,7 +774,8 @@ IDEM_API const char *idem_guard_owner(const idem_guard *g);
 ** is gone while its result is on its way).  lease_ms is the tool's
 ** (idem_tool_info.lease_ms), timeout_ms the attempt's deadline.
 ** IDEM_STALE when another owner took the action over: then start nothing,
-** or stop renewing.
+** or stop renewing.  Token 0 (a step that records nothing): IDEM_OK, and
+** nothing is written.
 */
 IDEM_API int idem_guard_executor_lease(idem_guard *g, const char *session,
                                        const char *call_id, long long token,

@@ -1831,6 +1831,7 @@ int idem_guard_executor_lease(idem_guard *g, const char *session,
   if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
       lease_ms <= 0 || pgid < 0)
     return IDEM_MISUSE;
+  if (token == 0) return IDEM_OK; /* a step that records nothing */
   if ((rc = g->st->vt->now(g->st, &now))) return store_fail(g, rc);
   memset(&ch, 0, sizeof ch);
   ch.session = session;
@@ -2520,6 +2521,7 @@ int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
   if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
       outcome < IDEM_OUTCOME_APPLIED || outcome > IDEM_OUTCOME_UNKNOWN)
     return IDEM_MISUSE;
+  if (token == 0) return IDEM_OK; /* a step that records nothing */
   if (idem_canon_open(&c) != IDEM_OK ||
       (result && !(res = result_json(c, result, result_len)))) {
     idem_canon_close(c);
