@@ -418,32 +418,37 @@ static int answer_unknown(idem_step *s, const char *whose) {
                 s->why ? ")" : "", check_hint(s, hint, sizeof hint));
 }
 
-/* An attempt ran - its executor reported outcome (enum idem_outcome) - but
-** the log could not record that (a full disk, a lost connection): the
-** record stays pending under our lease, and the answer says what is known.
-** Never failed, never "safe to call again": the effect may be there, and
-** nothing in the log says so.  The log's error stays idem_guard_errmsg(). */
-static int answer_unrecorded(idem_step *s, int outcome, const char *error) {
+/* An attempt ran - its executor (or, checked != 0, a status check)
+** reported outcome (enum idem_outcome) - but the log could not record
+** that (a full disk, a lost connection): the record stays as it was, under
+** our lease, and the answer says what is known.  Never failed, never "safe
+** to call again": the effect may be there, and nothing in the log says so.
+** The guard remembers the record as orphaned: nobody holds it (orphaned()).
+** The log's error stays idem_guard_errmsg(). */
+static int answer_unrecorded(idem_step *s, int outcome, const char *error,
+                             int checked) {
   char hint[512], why[512];
+  const char *said = outcome == IDEM_OUTCOME_APPLIED    ? "it took effect"
+                     : outcome == IDEM_OUTCOME_REJECTED ? "it was rejected"
+                     : outcome == IDEM_OUTCOME_NOT_APPLIED
+                         ? "it did not take effect"
+                         : "its outcome is unknown";
   orphan *o;
+  snprintf(why, sizeof why, "%s", idem_guard_errmsg(s->g));
   pthread_mutex_lock(&s->g->mu);
-  o = &s->g->orphans[s->g->norphan++ % ORPHANS];
+  o = &s->g->orphans[s->g->norphan];
+  s->g->norphan = (s->g->norphan + 1) % ORPHANS;
   idem__free(o->session);
   idem__free(o->call_id);
   o->session = idem__strdup(s->session);
   o->call_id = idem__strdup(s->call_id);
   o->token = s->token;
   pthread_mutex_unlock(&s->g->mu);
-  const char *said = outcome == IDEM_OUTCOME_APPLIED    ? "it took effect"
-                     : outcome == IDEM_OUTCOME_REJECTED ? "it was rejected"
-                     : outcome == IDEM_OUTCOME_NOT_APPLIED
-                         ? "it did not take effect"
-                         : "its outcome is unknown";
-  snprintf(why, sizeof why, "%s", idem_guard_errmsg(s->g));
   return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, s->attempt, NULL, NULL,
-                "The %s call ran and its executor reported that %s%s%.200s%s, "
-                "but the attempt log could not record this (%.300s). %s",
-                s->tool, said, error ? " (" : "", error ? error : "",
+                "The %s call ran and %s that %s%s%.200s%s, but the attempt "
+                "log could not record this (%.300s). %s",
+                s->tool, checked ? "a status check found" : "its executor "
+                "reported", said, error ? " (" : "", error ? error : "",
                 error ? ")" : "", why, check_hint(s, hint, sizeof hint));
 }
 
@@ -1733,8 +1738,9 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   now = apply(s, &ch, &rc);
   idem__free(res);
   if (!now)
-    return rc && s->phase != PH_ANSWERED ? answer_unrecorded(s, outcome, error)
-                                         : rc;
+    return rc && s->phase != PH_ANSWERED
+               ? answer_unrecorded(s, outcome, error, 0)
+               : rc;
   idem_crash_point("after_outcome_commit");
   s->attempt = now->attempts;
   switch (state) {
@@ -1919,7 +1925,10 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   }
   now = apply(s, &ch, &rc);
   idem__free(res);
-  if (!now) return rc;
+  if (!now)
+    return rc && !e && s->phase != PH_ANSWERED
+               ? answer_unrecorded(s, outcome, NULL, 1)
+               : rc;
   if (e) {
     /* the earlier action is settled: dedupe against it, or go on */
     if (now->state == IDEM_STATE_SUCCEEDED)

@@ -3,7 +3,8 @@
 # refund is applied, its outcome cannot be recorded.  The answer says what
 # is known - outcome_unknown (exit 75), "ran", "could not record" - never
 # failed (exit 1) nor "safe to call again"; once the disk is freed, the
-# re-issue of the call is answered and applies nothing again.
+# re-issue of the call is answered and applies nothing again.  The same when
+# the disk fills while a status check runs, which finds the refund.
 # IDEM_FULL_WHILE=FILE (store/vfs.c): the log's writes fail as on a full
 # disk while FILE exists; the command creates it (the disk fills).
 #   tests/exec_full_test.sh IDEM_BINARY
@@ -16,13 +17,13 @@ trap 'rm -rf "$T"' EXIT
 export LEDGER=$T/ledger IDEM_FULL_WHILE=$T/full
 : > "$LEDGER"
 applied() { local n; n=$(grep -c . "$LEDGER" 2>/dev/null); echo "${n:-0}"; }
-FILL="touch '$T/full'; exec '$HERE/tools/refund.sh'"
+CMD="touch '$T/full'; exec '$HERE/tools/refund.sh'"
 ex() { # ex LOG CALL [options]: envelope in $out, exit code in $code
   local log=$1 call=$2
   shift 2
   out=$("$IDEM" exec --log "sqlite:$T/$log.db" --session s --call "$call" \
     --tool refund_payment --args '{"order_id":"o1","amount_cents":700}' "$@" \
-    -- sh -c "$FILL" 2>"$T/err")
+    -- sh -c "$CMD" 2>"$T/err")
   code=$?
 }
 
@@ -55,4 +56,25 @@ expect "check, freed: exit" 0 "$code"
 has "check, freed: succeeded" "$out" '"status":"succeeded"'
 expect "check, freed: one refund" 1 "$(applied)"
 rm -f "$T/full"
+
+# the command applies and stalls past the deadline; the disk fills while
+# the status check finds the refund
+: > "$LEDGER"
+CHECK='grep -qxF "$IDEM_KEY" "$LEDGER" || exit 100
+  [ -e "$FILL" ] && touch "$IDEM_FULL_WHILE"; exit 0'
+export FILL=$T/fill
+touch "$FILL"
+CMD="'$HERE/tools/refund.sh'" REFUND_MODE=stall STALL=1 \
+  ex c c3 --timeout 300 --status "$CHECK"
+rm -f "$FILL" "$T/full"
+expect "check fills: exit" 75 "$code"
+has "check fills: outcome_unknown" "$out" '"status":"outcome_unknown"'
+has "check fills: the check found it" "$out" \
+  'a status check found that it took effect'
+has "check fills: not recorded" "$out" 'could not record this'
+hasnt "check fills: never safe to repeat" "$out" 'safe to call it again'
+CMD="'$HERE/tools/refund.sh'" ex c c3 --timeout 300 --status "$CHECK"
+expect "check fills, freed: exit" 0 "$code"
+has "check fills, freed: succeeded" "$out" '"status":"succeeded"'
+expect "check fills, freed: one refund" 1 "$(applied)"
 summary
