@@ -36,6 +36,12 @@
 **              executor, pgid and settle_from), else the action stays in
 **              doubt - outcome_unknown, or in_progress on a resume while
 **              the executor lives.
+**   UNRECORDED an outcome (of the tool or a check) that the log cannot
+**              take - the disk filled while the call ran - is answered
+**              outcome_unknown in words that say so, never failed.  The
+**              record stays as it was under our live lease; the guard
+**              remembers it (orphans), so that a later call of it in this
+**              process takes it over as from an owner that is gone.
 **
 ** Ended is not finished (§6a).  An attempt FINISHES only on a verdict: the
 ** outcome applied, rejected or not applied, from the tool itself or a
