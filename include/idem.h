@@ -526,7 +526,13 @@ IDEM_API int idem_guard_begin(idem_guard *g, const idem_call *call,
 IDEM_API int idem_step_next(const idem_step *s);
 
 /* Report the downstream call's outcome; result is the tool's result as
-** JSON text (or NULL), error a message for REJECTED/NOT_APPLIED/UNKNOWN. */
+** JSON text (or NULL), error a message for REJECTED/NOT_APPLIED/UNKNOWN.
+** When the log cannot record the outcome (a full disk, a lost connection),
+** the step still answers, IDEM_OK: outcome_unknown, in words that say the
+** call ran, what was reported and that it could not be recorded (the
+** log's error is idem_guard_errmsg()).  The record stays pending; a later
+** call of the action, in this process or another, takes it over and
+** reconciles it. */
 IDEM_API int idem_step_finish(idem_step *s, int outcome, const char *result,
                               size_t result_len, const char *error);
 /* Before idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, ...), or before a late
@@ -649,7 +655,10 @@ typedef struct idem_settlement {
 IDEM_API int idem_guard_settle_many(idem_guard *g, idem_settlement *v,
                                     size_t n);
 
-/* The fencing token this step holds (for idem_guard_late). */
+/* The fencing token this step holds (for idem_guard_late), or 0 for a
+** step that records nothing (a read_only or idempotent tool, SPEC §6.1):
+** idem_guard_late and idem_guard_executor_lease with token 0 do nothing
+** and succeed, so an executor runs such a step without a hand-over. */
 IDEM_API long long idem_step_token(const idem_step *s);
 
 /* Record a result that arrived after the deadline, from wherever it
@@ -772,7 +781,8 @@ IDEM_API const char *idem_guard_owner(const idem_guard *g);
 ** is gone while its result is on its way).  lease_ms is the tool's
 ** (idem_tool_info.lease_ms), timeout_ms the attempt's deadline.
 ** IDEM_STALE when another owner took the action over: then start nothing,
-** or stop renewing.
+** or stop renewing.  Token 0 (a step that records nothing): IDEM_OK, and
+** nothing is written.
 */
 IDEM_API int idem_guard_executor_lease(idem_guard *g, const char *session,
                                        const char *call_id, long long token,

@@ -36,6 +36,12 @@
 **              executor, pgid and settle_from), else the action stays in
 **              doubt - outcome_unknown, or in_progress on a resume while
 **              the executor lives.
+**   UNRECORDED an outcome (of the tool or a check) that the log cannot
+**              take - the disk filled while the call ran - is answered
+**              outcome_unknown in words that say so, never failed.  The
+**              record stays as it was under our live lease; the guard
+**              remembers it (orphans), so that a later call of it in this
+**              process takes it over as from an owner that is gone.
 **
 ** Ended is not finished (§6a).  An attempt FINISHES only on a verdict: the
 ** outcome applied, rejected or not applied, from the tool itself or a
@@ -75,6 +81,7 @@
 #define ALL_STATES 0xFEu
 #define POLL_MS 25
 #define RACE_LIMIT 16 /* re-decisions after lost races before giving up */
+#define ORPHANS 16    /* unrecorded outcomes remembered (answer_unrecorded) */
 
 #define CANON_POOL 64
 #define WORKER_IDLE_S 30 /* an idle worker of idem_guard_call lives this long */
@@ -84,6 +91,14 @@
 #define CALLER_SPIN_US 50  /* a caller, for its tool's answer */
 
 typedef struct workers workers;
+
+/* A record this process left pending under its own lease because the
+** outcome of its attempt could not be written: nobody holds it any more,
+** though its owner (this process) is alive. */
+typedef struct orphan {
+  char *session, *call_id;
+  long long token;
+} orphan;
 
 struct idem_guard {
   unsigned magic;
@@ -103,6 +118,8 @@ struct idem_guard {
   struct err_slot *errs; /* the last failure's words, per thread         */
   int defer_start;  /* a runner hands itself in as each attempt's executor */
   long long pgid;   /* the process group our attempts run in, or 0       */
+  orphan orphans[ORPHANS]; /* the last ones, a ring (under mu)            */
+  int norphan;
 };
 
 enum phase {
@@ -379,6 +396,9 @@ static void note_fenced(idem_step *s, const char *whose);
 /* Why an action pending under an owner that is gone is in doubt. */
 static const char OWNER_GONE[] =
     "the process running it stopped before recording an outcome";
+/* Why an action whose outcome this process could not record is. */
+static const char UNRECORDED[] =
+    "it ran, but the attempt log could not record its outcome";
 
 /* Remember what left our own action in doubt (the record's error). */
 static void set_why(idem_step *s, const char *why) {
@@ -402,6 +422,40 @@ static int answer_unknown(idem_step *s, const char *whose) {
                 "%s",
                 s->tool, s->why ? " (" : "", s->why ? s->why : "",
                 s->why ? ")" : "", check_hint(s, hint, sizeof hint));
+}
+
+/* An attempt ran - its executor (or, checked != 0, a status check)
+** reported outcome (enum idem_outcome) - but the log could not record
+** that (a full disk, a lost connection): the record stays as it was, under
+** our lease, and the answer says what is known.  Never failed, never "safe
+** to call again": the effect may be there, and nothing in the log says so.
+** The guard remembers the record as orphaned: nobody holds it (orphaned()).
+** The log's error stays idem_guard_errmsg(). */
+static int answer_unrecorded(idem_step *s, int outcome, const char *error,
+                             int checked) {
+  char hint[512], why[512];
+  const char *said = outcome == IDEM_OUTCOME_APPLIED    ? "it took effect"
+                     : outcome == IDEM_OUTCOME_REJECTED ? "it was rejected"
+                     : outcome == IDEM_OUTCOME_NOT_APPLIED
+                         ? "it did not take effect"
+                         : "its outcome is unknown";
+  orphan *o;
+  snprintf(why, sizeof why, "%s", idem_guard_errmsg(s->g));
+  pthread_mutex_lock(&s->g->mu);
+  o = &s->g->orphans[s->g->norphan];
+  s->g->norphan = (s->g->norphan + 1) % ORPHANS;
+  idem__free(o->session);
+  idem__free(o->call_id);
+  o->session = idem__strdup(s->session);
+  o->call_id = idem__strdup(s->call_id);
+  o->token = s->token;
+  pthread_mutex_unlock(&s->g->mu);
+  return answer(s, IDEM_ANSWER_OUTCOME_UNKNOWN, 0, s->attempt, NULL, NULL,
+                "The %s call ran and %s that %s%s%.200s%s, but the attempt "
+                "log could not record this (%.300s). %s",
+                s->tool, checked ? "a status check found" : "its executor "
+                "reported", said, error ? " (" : "", error ? error : "",
+                error ? ")" : "", why, check_hint(s, hint, sizeof hint));
 }
 
 /* The status check did not find the action, but an attempt of it may
@@ -709,8 +763,23 @@ static int holder_live_at(const idem_record *r, long long now) {
   return idem__owner_alive(r->owner) != 0;
 }
 
+/* Did this guard leave r pending, its outcome unrecorded?  Then nobody
+** holds it, though its owner lives. */
+static int orphaned(idem_guard *g, const idem_record *r) {
+  int found = 0;
+  if (!r->owner || strcmp(r->owner, g->owner) != 0) return 0;
+  pthread_mutex_lock(&g->mu);
+  for (int i = 0; i < ORPHANS && !found; i++) {
+    const orphan *o = &g->orphans[i];
+    found = o->session && o->call_id && o->token == r->token &&
+            !strcmp(o->session, r->session) && !strcmp(o->call_id, r->call_id);
+  }
+  pthread_mutex_unlock(&g->mu);
+  return found;
+}
+
 static int holder_live(idem_step *s, const idem_record *r) {
-  return holder_live_at(r, now_ms(s));
+  return holder_live_at(r, now_ms(s)) && !orphaned(s->g, r);
 }
 
 /* The one rule of which actions a recovery takes over (idem_guard_recover,
@@ -746,8 +815,8 @@ static int decide_existing(idem_step *s, idem_record *r) {
       idem_record_free(r);
       return wait_or(s, NULL);
     }
-    /* the owner is gone or its lease ran out */
-    set_why(s, OWNER_GONE);
+    /* the owner is gone or its lease ran out, or it could not record */
+    set_why(s, orphaned(s->g, r) ? UNRECORDED : OWNER_GONE);
     IDEM__FALLTHROUGH;
   case IDEM_STATE_IN_DOUBT:
     if (!(now = seize(s, r, IDEM_STATE_IN_DOUBT, 0, &rc))) return rc;
@@ -1144,6 +1213,10 @@ static void guard_unref(idem_guard *g) {
     err_slot *e = g->errs;
     g->errs = e->next;
     idem__free(e);
+  }
+  for (int i = 0; i < ORPHANS; i++) {
+    idem__free(g->orphans[i].session);
+    idem__free(g->orphans[i].call_id);
   }
   pthread_mutex_destroy(&g->emu);
   pthread_mutex_destroy(&g->mu);
@@ -1689,7 +1762,10 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   /* when someone took the action over meanwhile, what it is now decides */
   now = apply(s, &ch, &rc);
   idem__free(res);
-  if (!now) return rc;
+  if (!now)
+    return rc && s->phase != PH_ANSWERED
+               ? answer_unrecorded(s, outcome, error, 0)
+               : rc;
   idem_crash_point("after_outcome_commit");
   s->attempt = now->attempts;
   switch (state) {
@@ -1786,6 +1862,7 @@ int idem_guard_executor_lease(idem_guard *g, const char *session,
   if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
       lease_ms <= 0 || pgid < 0)
     return IDEM_MISUSE;
+  if (token == 0) return IDEM_OK; /* a step that records nothing */
   if ((rc = g->st->vt->now(g->st, &now))) return store_fail(g, rc);
   memset(&ch, 0, sizeof ch);
   ch.session = session;
@@ -1873,7 +1950,10 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   }
   now = apply(s, &ch, &rc);
   idem__free(res);
-  if (!now) return rc;
+  if (!now)
+    return rc && !e && s->phase != PH_ANSWERED
+               ? answer_unrecorded(s, outcome, NULL, 1)
+               : rc;
   if (e) {
     /* the earlier action is settled: dedupe against it, or go on */
     if (now->state == IDEM_STATE_SUCCEEDED)
@@ -2475,6 +2555,7 @@ int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
   if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
       outcome < IDEM_OUTCOME_APPLIED || outcome > IDEM_OUTCOME_UNKNOWN)
     return IDEM_MISUSE;
+  if (token == 0) return IDEM_OK; /* a step that records nothing */
   if (idem_canon_open(&c) != IDEM_OK ||
       (result && !(res = result_json(c, result, result_len)))) {
     idem_canon_close(c);

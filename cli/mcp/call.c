@@ -437,7 +437,8 @@ void gw_job_done(gw *w, gcall *c) {
     return;
   }
   if (c->rc) {
-    /* the log failed: no downstream call, and the client is told */
+    /* the log failed, and the client is told: before a downstream call
+    ** (an outcome the log could not record is an answer of the guard) */
     if (!c->cancelled)
       gw_client_error(w, c->cid, c->cidlen, -32603, "idem: %s%s", c->errmsg,
                       c->job == J_BEGIN ? "; the tool was not called" : "");

@@ -312,18 +312,24 @@ static void on_server_line(void *ctx, const char *line, size_t len,
 
 /* ---- timers ---------------------------------------------------------------------------- */
 
-/* Milliseconds to the next timer (-1: none), firing those that are due. */
+/* Milliseconds to the next timer (-1: none), firing those that are due.
+** A call whose timer fired may have armed a new one (a WAIT polled on the
+** loop waits again) or be gone: 0 then, and the next turn of the loop
+** looks again. */
 static int run_timers(gw *w) {
   long long now = cli_mono_ms(), next = -1;
   gcall *c, *nx;
+  int fired = 0;
   for (c = w->live; c; c = nx) {
     nx = c->next;
     if (c->timer == T_NONE) continue;
-    if (c->due <= now)
+    if (c->due <= now) {
       gw_fire(w, c);
-    else if (next < 0 || c->due < next)
+      fired = 1;
+    } else if (next < 0 || c->due < next)
       next = c->due;
   }
+  if (fired) return 0;
   if (w->grace_at && next < 0) next = w->grace_at;
   if (w->grace_at && w->grace_at < next) next = w->grace_at;
   if (next < 0) return -1;

@@ -21,7 +21,9 @@
 **      (idem_guard_executor_lease): durably, under the front end's fencing
 **      token, with the pgid.  If the action was taken over meanwhile (the
 **      front end died, someone resumed), the command is killed before it
-**      ever ran, and nothing was sent.
+**      ever ran, and nothing was sent.  A read_only or idempotent tool has
+**      no record (its token is 0): the hand-over, the renewals and the
+**      late result are then nothing, and the command runs.
 **   5. It says go, feeds the command its arguments, keeps its stdout (the
 **      result), relays its stderr to the front end (dropped once the front
 **      end is gone), and renews the lease while the command runs.  With a

@@ -162,7 +162,9 @@
 ** idem__sqlite_config(NULL, IDEM__SQLITE_FAULT_VFS, 1) can also be made to
 ** fail the next N xSync (SQLITE_IOERR_FSYNC) or xWrite (SQLITE_IOERR_WRITE)
 ** calls, and count their syncs; tests use that to prove that a failed sync
-** fails begin and reports nothing durable.
+** fails begin and reports nothing durable.  IDEM_FULL_WHILE=FILE fails
+** every write with SQLITE_FULL while FILE exists: a full disk, for tests
+** that run the idem command.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>

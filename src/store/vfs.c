@@ -35,11 +35,18 @@
 ** proves that a failed sync fails begin and reports nothing durable.  The
 ** faults apply to the calls SQLite makes, before any buffering.  Other
 ** files never fail on purpose.
+**
+** A full disk, for tests across processes: with IDEM_FULL_WHILE=FILE in
+** the environment when the VFS is registered, every write of every file
+** fails with SQLITE_FULL while FILE exists - as when the disk fills and is
+** freed again.  Reads still work, as they do on a full disk.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -56,6 +63,8 @@ static pthread_once_t vfs_once = PTHREAD_ONCE_INIT;
 static atomic_int fault_default;
 static atomic_llong fault_sync_left, fault_write_left, fault_syncs;
 static atomic_llong wal_appends, wal_writes; /* SQLite's / the file's */
+static const char *full_while; /* IDEM_FULL_WHILE: the disk is full while */
+                               /* this file exists                        */
 
 typedef struct idem_file {
   sqlite3_file base;
@@ -151,6 +160,7 @@ static int ff_write(sqlite3_file *f, const void *data, int n,
   idem_file *p = (idem_file *)f;
   int rc;
   if (p->faults && fault_take(&fault_write_left)) return SQLITE_IOERR_WRITE;
+  if (full_while && access(full_while, F_OK) == 0) return SQLITE_FULL;
   if (p->wal) {
     if ((rc = wal_append(p, data, n, off)) != 0)
       /* a commit frame's page ends the commit: out it goes */
@@ -317,6 +327,8 @@ static int fv_time64(sqlite3_vfs *v, sqlite3_int64 *out) {
 
 static void vfs_register(void) {
   if (sqlite3_initialize() != SQLITE_OK) return;
+  if ((full_while = getenv("IDEM_FULL_WHILE")) && !*full_while)
+    full_while = NULL;
   real_vfs = sqlite3_vfs_find(NULL);
   if (!real_vfs || real_vfs->iVersion < 2) {
     real_vfs = NULL;

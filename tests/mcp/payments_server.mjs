@@ -26,6 +26,9 @@
 //   LEDGER.nodedupe  the provider that does not dedupe: the idempotency_key
 //                    is recorded but never looked up, so every call applies
 //                    a new refund (double refunds show in the ledger).
+//   LEDGER.fill      holds a path: right after applying, create that file -
+//                    under IDEM_FULL_WHILE=that path, the gateway's disk
+//                    fills while the call runs.
 // A cancellation of a refund in flight is logged in LEDGER.cancelled.
 // LEDGER.pid gets this process's pid (the crash test kills it).
 import fs from "node:fs";
@@ -114,6 +117,11 @@ function apply(args, extra, kind) {
     meta_key: extra?._meta?.["io.idem/key"] ?? null,
   };
   fs.appendFileSync(ledger, JSON.stringify(e) + "\n");
+  let fill;
+  try {
+    fill = fs.readFileSync(ledger + ".fill", "utf8").trim();
+  } catch {}
+  if (fill) fs.writeFileSync(fill, "");
   return e;
 }
 
