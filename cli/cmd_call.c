@@ -7,8 +7,9 @@
 ** The library runs the tool (idem_guard_run): the request its "http" rule
 ** says (docs/POLICY.md), retries, and the status check when the policy's
 ** status tool is an HTTP tool too.  A status command (idem exec's) is run
-** here, through the check hook.  Prints the envelope (SPEC §7) and exits
-** as `idem exec` does (SPEC §9).  --verbose tells each attempt and check
+** here, through the check hook.  Prints the envelope (SPEC §7) through the
+** deliver hook - told only when it reaches a reader still there
+** (cli_hand_over) - and exits as `idem exec` does (SPEC §9).  --verbose tells each attempt and check
 ** on stderr.
 */
 #include <getopt.h>

@@ -6,7 +6,9 @@
 ** Either way the loop (gateway.c) then asks the step what next: EXECUTE
 ** sends the call to the server and arms its deadline, CHECK calls the
 ** status tool (or runs the status command on a worker), WAIT arms a timer,
-** ANSWER writes the client's tool result and marks it delivered.  One call
+** ANSWER marks it delivered - only while the client is there (its input
+** not at EOF, our output open) - then writes the client's tool result; a
+** delivery whose write fails is undone (gw_hold, gw_settle).  One call
 ** has at most one job or one server request outstanding, so a step is only
 ** ever used by one thread at a time.
 */
