@@ -606,7 +606,9 @@ typedef struct idem_tool {
 /* Guard one call end to end.  The tool runs on a worker thread; past the
 ** deadline the guard answers without it, and records its late result when
 ** it comes.  *envelope is the answer: free it with idem_free().  Marks the
-** outcome delivered. */
+** outcome delivered (with the outcome, one write): a caller whose reader
+** may be gone drives the step API instead, and calls idem_step_delivered
+** and idem_step_undelivered itself (SPEC §10, "told"). */
 IDEM_API int idem_guard_call(idem_guard *g, const idem_call *call,
                              const idem_tool *tool, char **envelope,
                              size_t *len);
@@ -889,7 +891,8 @@ typedef struct idem_run_hooks {
 ** does not even end it.  read_only and idempotent tools run with
 ** nothing recorded (idempotent ones retried); a refused tool answers
 ** refused without a request.  *envelope is the answer (SPEC §7), marked
-** delivered: free it with idem_free().  hooks may be NULL.
+** delivered - or handed over by hooks->deliver, which records what was
+** told: free it with idem_free().  hooks may be NULL.
 **
 ** Returns IDEM_OK whenever there is an envelope (whatever its status), or:
 **   IDEM_POLICY  the tool is not refused and has no "http" rule (run it
