@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "buf.h"
 #include "idem.h"
@@ -92,6 +93,18 @@ int cli_canon_limits(idem_canon *c, size_t depth, size_t bytes);
 
 /* Flush stdout and report a write error; returns EXIT_OK or EXIT_FAIL. */
 int cli_flush(void);
+/* write() to a pipe whose reader may be gone without dying of SIGPIPE: the
+** signal is blocked in this thread for the write, and one the write raised
+** is taken back before the mask is restored; the caller sees EPIPE.  (The
+** process's disposition is left alone: `idem ... | head` still ends
+** quietly.) */
+ssize_t cli_write_pipe(int fd, const void *p, size_t n);
+/* All n bytes to fd, as cli_write_pipe; 0, or -1 with errno. */
+int cli_write_all(int fd, const void *p, size_t n);
+/* 1 when the reader of fd is gone: poll() says its end of the pipe or
+** socket is closed (POLLERR, POLLHUP) or fd is not open.  A file or a
+** terminal always has its reader. */
+int cli_reader_gone(int fd);
 
 /* ---- util.c: text for a terminal ------------------------------------------ */
 
@@ -167,6 +180,14 @@ typedef struct cli_driver {
   const idem_call *call;
   const char *status; /* a status command over the policy's, or NULL */
 } cli_driver;
+
+/* Hand the envelope to the model: one line on stdout, and what it was told
+** recorded as SPEC §10 says - nothing when stdout's reader is gone, "told"
+** just before the write, undone when the write fails (the reader went
+** meanwhile).  Returns EXIT_OK when the line was written, else EXIT_FAIL,
+** saying why on stderr (a log that failed to record it too: the answer
+** stands, and the fence is only more careful with a repeat). */
+int cli_hand_over(idem_guard *g, idem_step *s, const char *env, size_t len);
 
 /* Walk s to its answer, print the envelope on stdout, mark it delivered;
 ** returns the exit status of SPEC §9 (EXIT_FAIL when the log failed). */

@@ -7,8 +7,9 @@
 ** The library runs the tool (idem_guard_run): the request its "http" rule
 ** says (docs/POLICY.md), retries, and the status check when the policy's
 ** status tool is an HTTP tool too.  A status command (idem exec's) is run
-** here, through the check hook.  Prints the envelope (SPEC §7) and exits
-** as `idem exec` does (SPEC §9).  --verbose tells each attempt and check
+** here, through the check hook.  Prints the envelope (SPEC §7) through the
+** deliver hook - told only when it reaches a reader still there
+** (cli_hand_over) - and exits as `idem exec` does (SPEC §9).  --verbose tells each attempt and check
 ** on stderr.
 */
 #include <getopt.h>
@@ -22,7 +23,9 @@
 
 typedef struct call_ctx {
   const idem_call *call;
+  idem_guard *g;
   int verbose;
+  int written;        /* the answer reached stdout whole */
   char *check_result; /* the check hook's last result (it lends it) */
 } call_ctx;
 
@@ -77,6 +80,14 @@ static int check_other(void *ctx, const idem_step *s, const char **result,
   return outcome;
 }
 
+/* The answer, handed over at ANSWER: "told" is recorded only for a reader
+** that is still there (cli_hand_over). */
+static int deliver(void *ctx, idem_step *s, const char *env, size_t len) {
+  call_ctx *x = ctx;
+  x->written = cli_hand_over(x->g, s, env, len) == EXIT_OK;
+  return IDEM_OK;
+}
+
 /* The exit status of the envelope's answer (SPEC §9). */
 static int exit_for_envelope(const char *env, size_t len) {
   json_error_t err;
@@ -114,7 +125,7 @@ int cmd_call(int argc, char **argv) {
   char *stdin_args = NULL, *env = NULL;
   idem_policy *policy = NULL;
   idem_guard *g = NULL;
-  call_ctx x = {NULL, 0, NULL};
+  call_ctx x = {NULL, NULL, 0, 0, NULL};
   size_t len;
   int ch, rc, code = EXIT_FAIL;
 
@@ -155,21 +166,21 @@ int cmd_call(int argc, char **argv) {
     goto out;
   }
   x.call = &call;
+  x.g = g;
   memset(&hooks, 0, sizeof hooks);
   hooks.size = sizeof hooks;
   hooks.ctx = &x;
   hooks.on_attempt = tell_attempt;
   hooks.on_check = tell_check;
   hooks.check = check_other;
+  hooks.deliver = deliver;
   rc = idem_guard_run(g, &call, &hooks, &env, &len);
   if (rc == IDEM_POLICY) { /* a tool without an "http" rule: nothing ran */
     code = no_http(policy_path, call.tool);
   } else if (rc != IDEM_OK) {
     cli_err("%s", idem_guard_errmsg(g));
   } else {
-    fwrite(env, 1, len, stdout);
-    fputc('\n', stdout);
-    code = cli_flush() != EXIT_OK ? EXIT_FAIL : exit_for_envelope(env, len);
+    code = x.written ? exit_for_envelope(env, len) : EXIT_FAIL;
   }
 out:
   idem_free(env);

@@ -96,6 +96,30 @@ int cli_check(const idem_policy *p, idem_step *s, const char *cmd,
   return IDEM_OUTCOME_UNKNOWN;
 }
 
+int cli_hand_over(idem_guard *g, idem_step *s, const char *env, size_t len) {
+  int told = 0, e;
+  /* "told" is recorded before the harness can read the answer: a call it
+  ** makes the moment it has read it is a new decision, and must not find
+  ** this one untold (and be fenced as its duplicate) */
+  if (!cli_reader_gone(1)) {
+    if (idem_step_delivered(s) == IDEM_OK)
+      told = 1;
+    else
+      cli_err("recording the delivery: %s", idem_guard_errmsg(g));
+  }
+  if (fflush(stdout) == 0 && cli_write_all(1, env, len) == 0 &&
+      cli_write_all(1, "\n", 1) == 0)
+    return EXIT_OK;
+  e = errno;
+  if (told && idem_step_undelivered(s) != IDEM_OK)
+    cli_err("undoing the delivery: %s; the outcome counts as told",
+            idem_guard_errmsg(g));
+  cli_err("writing standard output: %s; the answer did not reach the "
+          "model, and its outcome fences a repeat",
+          strerror(e));
+  return EXIT_FAIL;
+}
+
 int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d) {
   char *result = NULL, error[512];
   int rc, outcome;
@@ -126,13 +150,7 @@ int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d) {
     case IDEM_NEXT_ANSWER: {
       size_t len;
       const char *env = idem_step_envelope(s, &len);
-      /* "told" is recorded before the harness can read the answer: a call
-      ** it makes the moment it has read it is a new decision, and must not
-      ** find this one untold (and be fenced as its duplicate) */
-      idem_step_delivered(s);
-      fwrite(env, 1, len, stdout);
-      fputc('\n', stdout);
-      if (cli_flush() != EXIT_OK) return EXIT_FAIL;
+      if (cli_hand_over(g, s, env, len) != EXIT_OK) return EXIT_FAIL;
       return cli_exit_for(idem_step_answer(s));
     }
     default: rc = IDEM_MISUSE;

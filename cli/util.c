@@ -3,6 +3,9 @@
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -99,6 +102,44 @@ int cli_canon_limits(idem_canon *c, size_t depth, size_t bytes) {
     return -1;
   }
   return 0;
+}
+
+ssize_t cli_write_pipe(int fd, const void *p, size_t n) {
+  sigset_t pipe_set, old, pending;
+  struct timespec zero = {0, 0};
+  ssize_t w;
+  int e;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  w = write(fd, p, n);
+  e = errno;
+  if (w < 0 && e == EPIPE && !sigismember(&old, SIGPIPE) &&
+      sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
+    sigtimedwait(&pipe_set, NULL, &zero);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  errno = e;
+  return w;
+}
+
+int cli_write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t w = cli_write_pipe(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int cli_reader_gone(int fd) {
+  struct pollfd pf = {fd, POLLOUT, 0};
+  int n;
+  do n = poll(&pf, 1, 0);
+  while (n < 0 && errno == EINTR);
+  return n > 0 && (pf.revents & (POLLERR | POLLHUP | POLLNVAL));
 }
 
 int cli_flush(void) {

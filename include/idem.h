@@ -556,8 +556,19 @@ IDEM_API int idem_step_poll(idem_step *s);
 ** longer fences new calls (SPEC §6.4).  Call it before handing the
 ** envelope over, so that a call the harness makes the moment it has read
 ** the answer does not find this one untold and is not fenced as its
-** duplicate. */
+** duplicate.  A front end that can tell its reader is gone (its input at
+** EOF, its end of the pipe closed) does not call it: an answer nobody
+** reads tells the model nothing (SPEC §10, "told"). */
 IDEM_API int idem_step_delivered(idem_step *s);
+/* The envelope did not reach the model after all (the write failed: the
+** reader went away meanwhile): undo the delivery this step recorded - by
+** idem_step_delivered, or with the outcome in idem_guard_call's step - so
+** that the outcome fences the model's re-issue again (SPEC §6.4).  A
+** deduplicated call's earlier action gets back the delivery time it had.
+** Nothing to undo (an outcome told before, no delivery recorded): IDEM_OK.
+** An undo errs toward the fence: a delivery another front end recorded
+** for the same record in between is undone with it. */
+IDEM_API int idem_step_undelivered(idem_step *s);
 IDEM_API void idem_step_free(idem_step *s);
 
 /* Accessors; strings are borrowed until the next call on s. */
@@ -608,7 +619,9 @@ typedef struct idem_tool {
 /* Guard one call end to end.  The tool runs on a worker thread; past the
 ** deadline the guard answers without it, and records its late result when
 ** it comes.  *envelope is the answer: free it with idem_free().  Marks the
-** outcome delivered. */
+** outcome delivered (with the outcome, one write): a caller whose reader
+** may be gone drives the step API instead, and calls idem_step_delivered
+** and idem_step_undelivered itself (SPEC §10, "told"). */
 IDEM_API int idem_guard_call(idem_guard *g, const idem_call *call,
                              const idem_tool *tool, char **envelope,
                              size_t *len);
@@ -874,6 +887,14 @@ typedef struct idem_run_hooks {
   ** outcome_unknown, with the check to make). */
   int (*check)(void *ctx, const idem_step *s, const char **result,
                size_t *result_len);
+  /* Hand the answer over here, at ANSWER, instead of after the run: write
+  ** the envelope (len bytes) to the model's reader and record what it was
+  ** told - idem_step_delivered(s) just before the write when the reader is
+  ** still there, idem_step_undelivered(s) when the write then fails (SPEC
+  ** §10, "told").  Return IDEM_OK, or the error of either call (the run
+  ** fails with it).  The envelope is returned as well.  NULL: the library
+  ** calls idem_step_delivered and the caller hands the envelope over. */
+  int (*deliver)(void *ctx, idem_step *s, const char *env, size_t len);
 } idem_run_hooks;
 
 /*
@@ -887,7 +908,8 @@ typedef struct idem_run_hooks {
 ** does not even end it.  read_only and idempotent tools run with
 ** nothing recorded (idempotent ones retried); a refused tool answers
 ** refused without a request.  *envelope is the answer (SPEC §7), marked
-** delivered: free it with idem_free().  hooks may be NULL.
+** delivered - or handed over by hooks->deliver, which records what was
+** told: free it with idem_free().  hooks may be NULL.
 **
 ** Returns IDEM_OK whenever there is an envelope (whatever its status), or:
 **   IDEM_POLICY  the tool is not refused and has no "http" rule (run it

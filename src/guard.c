@@ -157,6 +157,11 @@ struct idem_step {
   int recover;          /* idem_guard_recover: check, never execute          */
   int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
   int told;             /* the delivery is recorded already                  */
+  int stamped;          /* ... and this step recorded it: undelivered undoes */
+  char *dup_session, *dup_call; /* the earlier action this call was        */
+  long long dup_was;            /* answered with (deduplicate), and its    */
+                                /* delivered before this step stamped it   */
+  int dup_stamped;              /* this step stamped it                    */
   int own_check;        /* the caller runs a status check of its own         */
   int ended;            /* the attempt being finished has ended: nothing of  */
                         /* it runs, yet without a verdict it may land (§6a) */
@@ -889,7 +894,6 @@ static int deduplicate(idem_step *s, const idem_record *e) {
   rec.lease_until = 0;
   rec.result = e->result;
   rec.resolution = IDEM_RESOLVED_REPLAYED;
-  rec.delivered = now;
   rec.duplicate_of = e->call_id;
   rc = s->g->st->vt->insert(s->g->st, &rec, &what, &found);
   if (rc) return store_fail(s->g, rc);
@@ -904,7 +908,6 @@ static int deduplicate(idem_step *s, const idem_record *e) {
     ch.result = e->result;
     ch.resolution = IDEM_RESOLVED_REPLAYED;
     ch.duplicate_of = e->call_id;
-    ch.delivered = now;
     ch.exec_set = IDEM__EXEC_CLEAR;
     {
       idem_record *was = found; /* ch points into it */
@@ -917,13 +920,15 @@ static int deduplicate(idem_step *s, const idem_record *e) {
     if (rc) return store_fail(s->g, rc);
   } else if (what == IDEM__BEGIN_FOUND)
     return decide_existing(s, found);
-  /* the model is about to be told: the earlier action fences no more */
-  change_init(s, &ch, e);
-  ch.from = ALL_STATES;
-  ch.delivered = now;
-  rc = s->g->st->vt->change(s->g->st, &ch, NULL);
-  if (rc && rc != IDEM_STALE) return store_fail(s->g, rc);
-  s->told = 1; /* both records say so already */
+  /* when the model is told (idem_step_delivered), the earlier action is
+  ** told too, and fences no more */
+  idem__free(s->dup_session);
+  idem__free(s->dup_call);
+  s->dup_session = idem__strdup(e->session);
+  s->dup_call = idem__strdup(e->call_id);
+  if (!s->dup_session || !s->dup_call)
+    return gfail(s->g, IDEM_NOMEM, "out of memory");
+  s->dup_was = e->delivered;
   if (same_turn(s, e))
     return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
                   e->call_id,
@@ -1756,7 +1761,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
     /* the synchronous API hands the answer over at once: record the
     ** delivery with the outcome, one write instead of two */
     ch.delivered = now_ms(s);
-    s->told = 1;
+    s->told = s->stamped = 1;
   }
   idem_crash_point("before_outcome_commit");
   /* when someone took the action over meanwhile, what it is now decides */
@@ -1981,8 +1986,23 @@ int idem_step_poll(idem_step *s) {
   return decide(s);
 }
 
-int idem_step_delivered(idem_step *s) {
+/* Record session/call_id as told at `when` (0: not told). */
+static int stamp(idem_step *s, const char *session, const char *call_id,
+                 long long when) {
   idem__change ch;
+  int rc;
+  change_init(s, &ch, NULL);
+  ch.session = session;
+  ch.call_id = call_id;
+  ch.from = ALL_STATES;
+  ch.delivered = when;
+  rc = s->g->st->vt->change(s->g->st, &ch, NULL);
+  if (rc == IDEM_NOTFOUND || rc == IDEM_STALE) return IDEM_OK;
+  return rc ? store_fail(s->g, rc) : IDEM_OK;
+}
+
+int idem_step_delivered(idem_step *s) {
+  long long now;
   int rc;
   if (!step_ok(s)) return IDEM_MISUSE;
   if (s->phase != PH_ANSWERED || s->rule->cls != IDEM_CLASS_GUARDED)
@@ -1991,12 +2011,31 @@ int idem_step_delivered(idem_step *s) {
       s->answer != IDEM_ANSWER_ALREADY_APPLIED)
     return IDEM_OK; /* nothing definite was told */
   if (s->told) return IDEM_OK;
-  change_init(s, &ch, NULL);
-  ch.from = ALL_STATES;
-  ch.delivered = now_ms(s);
-  rc = s->g->st->vt->change(s->g->st, &ch, NULL);
-  if (rc == IDEM_NOTFOUND || rc == IDEM_STALE) return IDEM_OK;
-  return rc ? store_fail(s->g, rc) : IDEM_OK;
+  now = now_ms(s);
+  if ((rc = stamp(s, s->session, s->call_id, now))) return rc;
+  s->told = s->stamped = 1;
+  if (s->dup_call) {
+    /* the earlier action's outcome is what the model is told */
+    if ((rc = stamp(s, s->dup_session, s->dup_call, now))) return rc;
+    s->dup_stamped = 1;
+  }
+  return IDEM_OK;
+}
+
+int idem_step_undelivered(idem_step *s) {
+  int rc;
+  if (!step_ok(s)) return IDEM_MISUSE;
+  if (s->dup_stamped) {
+    if ((rc = stamp(s, s->dup_session, s->dup_call, s->dup_was))) return rc;
+    s->dup_stamped = 0;
+  }
+  if (s->stamped) {
+    /* a record this step stamped was untold before (a told one replays
+    ** as told, and is not stamped again) */
+    if ((rc = stamp(s, s->session, s->call_id, 0))) return rc;
+    s->stamped = s->told = 0;
+  }
+  return IDEM_OK;
 }
 
 void idem_step_free(idem_step *s) {
@@ -2017,6 +2056,8 @@ void idem_step_free(idem_step *s) {
   idem__free(s->check_args);
   idem_record_free(s->earlier);
   idem__free(s->why);
+  idem__free(s->dup_session);
+  idem__free(s->dup_call);
   idem__buf_free(&s->env);
   idem__free(s);
 }

@@ -27,7 +27,8 @@
 **            UNKNOWN (the action stays in doubt and the model is told which
 **            check to make).
 **   WAIT     sleep, then poll.
-**   ANSWER   mark it delivered, hand over a copy of the envelope.
+**   ANSWER   mark it delivered, hand over a copy of the envelope (or the
+**            caller's deliver hook hands it over, recording "told").
 **
 ** Requests run on the calling thread: libcurl bounds each by the step's
 ** deadline (CURLOPT_TIMEOUT_MS), so unlike idem_guard_call no worker is
@@ -285,8 +286,11 @@ int idem_guard_run(idem_guard *g, const idem_call *call,
       size_t n;
       const char *env = idem_step_envelope(s, &n);
       /* told before it is handed over: a call made the moment the answer
-      ** is read must not find this one untold (SPEC §6.4) */
-      if ((rc = idem_step_delivered(s)) != IDEM_OK) goto done;
+      ** is read must not find this one untold (SPEC §6.4); a deliver hook
+      ** hands it over itself, and knows whether its reader is there */
+      rc = r.h.deliver ? r.h.deliver(r.h.ctx, s, env, n)
+                       : idem_step_delivered(s);
+      if (rc != IDEM_OK) goto done;
       if (!(*envelope = idem__strndup(env, n))) {
         rc = idem__guard_fail(g, IDEM_NOMEM, "out of memory");
         goto done;

@@ -1808,6 +1808,79 @@ static void test_fence_v0(void) {
   idem_policy_free(p);
 }
 
+/* The delivered time of sess_u/call_id. */
+static long long told_at(idem_guard *g, const char *call_id) {
+  idem_record *r = NULL;
+  long long t = -1;
+  if (idem_guard_record(g, "sess_u", call_id, &r) == IDEM_OK) t = r->delivered;
+  idem_record_free(r);
+  return t;
+}
+
+/* A step of sess_u/call_id in model turn `turn`, to its first move. */
+static idem_step *begin_turn(idem_guard *g, const char *call_id,
+                             const char *turn) {
+  idem_call c = {sizeof c, "sess_u", call_id,      "refund_payment",
+                 ARGS,     strlen(ARGS), turn, 0};
+  idem_step *s = NULL;
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  return s;
+}
+
+/* "Told" undone (SPEC §10): an answer whose write failed is no delivery.
+** The outcome then fences the model's re-issue again - already_applied,
+** nothing run - and so does a deduplicated answer that did not reach the
+** model; once an answer is told, a later turn's call is a new decision. */
+static void test_undelivered(void) {
+  idem_policy *p = policy(REFUND_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_step *s = begin_turn(g, "u1", "t1");
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED,
+                             "{\"refund_id\":\"re_u\"}", 20, NULL),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  CHECK_INT(told_at(g, "u1"), 0);
+  CHECK_INT(idem_step_delivered(s), IDEM_OK);
+  CHECK(told_at(g, "u1") > 0);
+  /* the write failed: undone, and undoing twice is harmless */
+  CHECK_INT(idem_step_undelivered(s), IDEM_OK);
+  CHECK_INT(told_at(g, "u1"), 0);
+  CHECK_INT(idem_step_undelivered(s), IDEM_OK);
+  idem_step_free(s);
+  /* the re-issue of a later turn is fenced: u1 was never told */
+  s = begin_turn(g, "u2", "t2");
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_ANSWER);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_ALREADY_APPLIED);
+  CHECK_INT(told_at(g, "u2"), 0); /* nothing told before it is delivered */
+  CHECK_INT(idem_step_delivered(s), IDEM_OK);
+  CHECK(told_at(g, "u1") > 0 && told_at(g, "u2") > 0);
+  CHECK_INT(idem_step_undelivered(s), IDEM_OK);
+  CHECK_INT(told_at(g, "u1"), 0);
+  CHECK_INT(told_at(g, "u2"), 0);
+  idem_step_free(s);
+  /* so the next re-issue is fenced too; told this time */
+  s = begin_turn(g, "u3", "t3");
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_ALREADY_APPLIED);
+  CHECK_INT(idem_step_delivered(s), IDEM_OK);
+  idem_step_free(s);
+  CHECK(told_at(g, "u1") > 0);
+  /* a replay of a told outcome has nothing of its own to undo */
+  s = begin_turn(g, "u1", "t1");
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  CHECK_INT(idem_step_delivered(s), IDEM_OK);
+  CHECK_INT(idem_step_undelivered(s), IDEM_OK);
+  CHECK(told_at(g, "u1") > 0);
+  idem_step_free(s);
+  /* told: a later turn's call is a new decision */
+  s = begin_turn(g, "u4", "t4");
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  idem_step_free(s);
+  CHECK_INT(idem_step_undelivered(NULL), IDEM_MISUSE);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--die-mid-call") == 0)
     return die_mid_call(argv[2]);
@@ -1837,5 +1910,6 @@ int main(int argc, char **argv) {
   test_bad_log();
   test_fence_by_text();
   test_fence_v0();
+  test_undelivered();
   return check_done();
 }

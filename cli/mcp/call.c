@@ -6,7 +6,9 @@
 ** Either way the loop (gateway.c) then asks the step what next: EXECUTE
 ** sends the call to the server and arms its deadline, CHECK calls the
 ** status tool (or runs the status command on a worker), WAIT arms a timer,
-** ANSWER writes the client's tool result and marks it delivered.  One call
+** ANSWER marks it delivered - only while the client is there (its input
+** not at EOF, our output open) - then writes the client's tool result; a
+** delivery whose write fails is undone (gw_hold, gw_settle).  One call
 ** has at most one job or one server request outstanding, so a step is only
 ** ever used by one thread at a time.
 */
@@ -55,7 +57,7 @@ static void run_job(gcall *c) {
     break;
   case J_POLL: rc = idem_step_poll(c->s); break;
   case J_DELIVER:
-    if (c->deliver) rc = idem_step_delivered(c->s);
+    if (c->stamp) rc = idem_step_delivered(c->s);
     break;
   case J_CMD: {
     /* the policy's status command (as for idem exec), then its verdict */
@@ -407,8 +409,11 @@ static void advance(gw *w, gcall *c) {
   case IDEM_NEXT_ANSWER:
     /* the log says "told" before the client can read the answer (it is
     ** written when the job is done): a call the client sends the moment it
-    ** has read it is a new decision, and must not find it untold */
+    ** has read it is a new decision, and must not find it untold.  Not for
+    ** a client that is gone - its input at EOF, its end of our output
+    ** closed: an answer nobody reads tells the model nothing */
     c->deliver = !c->cancelled && !w->cout_dead;
+    c->stamp = c->deliver && !w->cin_eof && !cli_reader_gone(1);
     step(w, c, J_DELIVER);
     break;
   default:
@@ -426,12 +431,14 @@ void gw_job_done(gw *w, gcall *c) {
               c->call_id, c->errmsg);
     if (c->job == J_DELIVER) {
       /* the answer stands even when its delivery could not be recorded:
-      ** the fence is then only more careful with a repeat */
-      if (c->deliver && !w->cout_dead) {
-        answer(w, c);
-        gw_flush(w);
-      }
+      ** the fence is then only more careful with a repeat.  One recorded
+      ** told is held until it is written: a failed write undoes it */
+      int hold = c->stamp && !c->rc && c->deliver && !w->cout_dead;
+      if (c->deliver && !w->cout_dead) answer(w, c);
       gw_live_remove(w, c);
+      if (hold) gw_hold(w, c);
+      gw_flush(w);
+      if (hold) return;
     }
     gw_gcall_free(c);
     return;

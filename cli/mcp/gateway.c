@@ -763,6 +763,7 @@ int cmd_mcp(int argc, char **argv) {
     gw_live_remove(w, c);
     gw_gcall_free(c);
   }
+  gw_settle(w, 1);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
 out:

@@ -56,6 +56,11 @@ struct gcall {
   idem_step *s;
   /* the worker's job: its inputs, its status and message */
   int job, rc, deliver;
+  int stamp; /* deliver, and the client is there: record it told (SPEC   */
+             /* §10): undone when its answer's write fails               */
+  unsigned long long out_end; /* held: the client's output written up to */
+                              /* here holds its whole answer              */
+  gcall *hnext;
   int outcome;
   int ended; /* the server answered this execute: the attempt has ENDED -  */
              /* finished only when the outcome is a verdict; an UNKNOWN     */
@@ -97,6 +102,8 @@ struct gw {
   mcp_lines cin, sin;
   cli_outbuf cout, sout;
   int cin_eof, sin_eof, cout_dead, sout_closed;
+  unsigned long long cout_out; /* bytes written to the client in all */
+  gcall *held; /* answered, recorded told, the answer not yet written */
   pend *buckets[BUCKETS];
   long long next_gid;
   gcall *live;
@@ -121,8 +128,16 @@ void gw_oom(void);
 /* Queue one whole message (or its pieces, in order) to a peer. */
 void gw_to_client(gw *w, const char *p, size_t n);
 void gw_to_server(gw *w, const char *p, size_t n);
-/* Write what both peers take now of what is queued for them. */
+/* Write what both peers take now of what is queued for them; then settle
+** the held calls: an answer written whole stays told, one whose write
+** failed (the client is gone) is told no more. */
 void gw_flush(gw *w);
+/* Hold c, answered and recorded told, until its answer (the last thing
+** queued for the client) is written. */
+void gw_hold(gw *w, gcall *c);
+/* Settle every held call; at_end: the gateway ends, and an answer not yet
+** written never will be. */
+void gw_settle(gw *w, int at_end);
 /* Queue a JSON-RPC error response to the client (id is raw JSON text). */
 void gw_client_error(gw *w, const char *id, size_t idlen, int code,
                      const char *fmt, ...)

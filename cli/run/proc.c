@@ -26,32 +26,6 @@
 
 extern char **environ;
 
-/*
-** write() to a pipe whose reader may be gone (a command that does not read
-** its input, or has exited) without dying of SIGPIPE: the signal is
-** blocked in this thread for the write, and one that the write raised is
-** taken back before the mask is restored.  The caller sees EPIPE.  (The
-** process's disposition is left alone: `idem ... | head` still ends
-** quietly.)
-*/
-static ssize_t write_pipe(int fd, const void *p, size_t n) {
-  sigset_t pipe_set, old, pending;
-  struct timespec zero = {0, 0};
-  ssize_t w;
-  int e;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-  w = write(fd, p, n);
-  e = errno;
-  if (w < 0 && e == EPIPE && !sigismember(&old, SIGPIPE) &&
-      sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
-    sigtimedwait(&pipe_set, NULL, &zero);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  errno = e;
-  return w;
-}
-
 /* Copy what is waiting on fd to our stderr (a relayed stderr); 0 at its
 ** end. */
 static int relay(int fd) {
@@ -60,7 +34,7 @@ static int relay(int fd) {
   if (got < 0 && errno == EINTR) return 1;
   if (got <= 0) return 0;
   for (ssize_t off = 0; off < got;) {
-    ssize_t w = write_pipe(2, buf + off, (size_t)(got - off));
+    ssize_t w = cli_write_pipe(2, buf + off, (size_t)(got - off));
     if (w <= 0) break; /* our stderr is gone: drop it */
     off += w;
   }
@@ -137,7 +111,7 @@ int cli_run(const cli_run_opts *o, cli_run_result *r) {
           err[0] = -1;
         }
       } else if (pf[i].fd == in[1]) {
-        ssize_t w = write_pipe(in[1], o->input + sent, o->input_len - sent);
+        ssize_t w = cli_write_pipe(in[1], o->input + sent, o->input_len - sent);
         if (w > 0) sent += (size_t)w;
         if ((w < 0 && errno != EAGAIN) || sent == o->input_len) {
           close(in[1]); /* done, or the command does not read: fine */

@@ -124,18 +124,6 @@ static int read_input(char **buf, size_t *len) {
   return 0;
 }
 
-/* Write all of p to fd (a pipe whose reader may be gone): 0 or -1. */
-static int write_all(int fd, const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* ---- the command ------------------------------------------------------------ */
 
 typedef struct cmd {
@@ -287,8 +275,8 @@ static void report(const run_args *a, idem_guard *g, int outcome, int ended,
   char head[640];
   int n = snprintf(head, sizeof head, "%d %d\n%s\n", outcome, ended,
                    error ? error : "");
-  int failed = write_all(1, head, (size_t)n) != 0 ||
-               (result && write_all(1, result, strlen(result)) != 0);
+  int failed = cli_write_all(1, head, (size_t)n) != 0 ||
+               (result && cli_write_all(1, result, strlen(result)) != 0);
   close(1);
   if (failed && g)
     idem_guard_late(g, a->session, a->call, a->token, outcome, result,
@@ -331,7 +319,7 @@ static void run(const run_args *a, char **argv, const char *input,
     return;
   }
   idem_crash_point("runner_after_handover");
-  if (write_all(c.go, "g", 1) != 0) { /* it died before it started */
+  if (cli_write_all(c.go, "g", 1) != 0) { /* it died before it started */
   }
   close(c.go);
   if (read(c.exec_err, &e, sizeof e) == (ssize_t)sizeof e) {
@@ -395,7 +383,7 @@ static void run(const run_args *a, char **argv, const char *input,
         if (got <= 0 && !(got < 0 && errno == EINTR)) {
           close(c.err);
           c.err = -1;
-        } else if (got > 0 && stderr_open && write_all(2, buf, (size_t)got))
+        } else if (got > 0 && stderr_open && cli_write_all(2, buf, (size_t)got))
           stderr_open = 0; /* the front end is gone: drop the rest */
       } else { /* stdout */
         if (res.out_len + 65536 > cap) {

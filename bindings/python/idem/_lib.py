@@ -229,6 +229,7 @@ step_resolve = _fn("idem_step_resolve", c_int, c_void_p, c_int, c_char_p,
                    c_size_t)
 step_poll = _fn("idem_step_poll", c_int, c_void_p)
 step_delivered = _fn("idem_step_delivered", c_int, c_void_p)
+step_undelivered = _fn("idem_step_undelivered", c_int, c_void_p)
 step_attempt_ended = _fn("idem_step_attempt_ended", c_int, c_void_p)
 step_free = _fn("idem_step_free", None, c_void_p)
 step_key = _fn("idem_step_key", c_char_p, c_void_p)

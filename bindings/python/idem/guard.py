@@ -720,8 +720,16 @@ class Step(_Handle):
         self._check(L.step_poll(self._h()))
 
     def delivered(self) -> None:
-        """The model is being given the envelope (call it first)."""
+        """The model is being given the envelope (call it first).  Not for
+        a reader that is gone: an answer nobody reads tells the model
+        nothing (SPEC 10, "told")."""
         self._check(L.step_delivered(self._h()))
+
+    def undelivered(self) -> None:
+        """The envelope did not reach the model after all (its write
+        failed): undo what ``delivered`` recorded, so the outcome fences
+        the model's re-issue again."""
+        self._check(L.step_undelivered(self._h()))
 
     def attempt_ended(self) -> None:
         """The attempt about to be finished is known to have ended (the tool

@@ -309,6 +309,22 @@ class TwoPhase(LogTest):
 
 
 class CallAndLate(LogTest):
+    def test_undelivered_fences_again(self):
+        # the answer's write failed: "told" is undone, so the model's
+        # re-issue (a later turn, a new call id) is fenced, not run
+        guard = idem.Guard(self.log(), policy(REFUND_POLICY))
+        self.addCleanup(guard.close)
+        with guard.begin("sess_u", "u1", "refund_payment", ARGS, "t1") as s:
+            self.assertEqual(s.next, idem.Next.EXECUTE)
+            s.finish(idem.APPLIED, {"refund_id": "re_u"})
+            s.delivered()
+            self.assertGreater(guard.record("sess_u", "u1")["delivered"], 0)
+            s.undelivered()
+        self.assertEqual(guard.record("sess_u", "u1")["delivered"], 0)
+        with guard.begin("sess_u", "u2", "refund_payment", ARGS, "t2") as s:
+            self.assertEqual(s.answer, "already_applied")
+            self.assertEqual(s.envelope["duplicate_of"], "u1")
+
     def test_guard_call_and_late_by_token(self):
         p = Provider()
         with idem.Guard(self.log(), policy(NOCHECK_POLICY)) as g:
