@@ -717,8 +717,9 @@ typedef struct idem_stats {
 IDEM_API int idem_guard_stats(idem_guard *g, idem_stats *out);
 
 /* Delete the settled records whose retention (the policy's retention_s
-** when they were made) has run out by the log's clock; *removed (may be
-** NULL) says how many.  Actions that are pending or in doubt are kept. */
+** when they were settled, counted from their last settlement: an outcome,
+** a late result, a verdict) has run out by the log's clock; *removed (may
+** be NULL) says how many.  Actions that are pending or in doubt are kept. */
 IDEM_API int idem_guard_gc(idem_guard *g, size_t *removed);
 
 /* The log g was opened on, as given (or as defaulted when NULL was). */

@@ -226,6 +226,12 @@ static long long now_ms(idem_step *s) {
   return t;
 }
 
+/* Until when a record of tool rule r settled at now is kept (SPEC §5: its
+** retention counts from its last settlement; idem__change.expires). */
+static long long kept_until(const idem__tool_rule *r, long long now) {
+  return now + r->retention_s * 1000;
+}
+
 /* The delay before retry n (1, 2, ...): backoff_ms doubling, capped at a
 ** minute so that no shift overflows. */
 static long long backoff(const idem__tool_rule *r, int n) {
@@ -478,7 +484,7 @@ static void fill_record(idem_step *s, idem_record *r, long long now) {
   r->settle_from = s->g->defer_start ? 0 : now + s->rule->timeout_ms;
   r->created = s->started ? s->started : now;
   r->updated = now;
-  r->expires = now + s->rule->retention_s * 1000;
+  r->expires = kept_until(s->rule, now);
 }
 
 /* A new call that the fence held back - answered outcome_unknown or
@@ -837,6 +843,7 @@ static int deduplicate(idem_step *s, const idem_record *e) {
     ch.duplicate_of = e->call_id;
     ch.delivered = now;
     ch.exec_set = IDEM__EXEC_CLEAR;
+    ch.expires = kept_until(s->rule, now);
     {
       idem_record *was = found; /* ch points into it */
       found = NULL;
@@ -1301,7 +1308,8 @@ static char *result_json(idem_canon *c, const char *result, size_t len);
 
 static int settle(idem_guard *g, const char *session, const char *call_id,
                   long long token, int outcome, const char *result,
-                  const char *error, int resolution, int strict, int ended) {
+                  const char *error, int resolution, int strict, int ended,
+                  const idem__tool_rule *rule) {
   idem__change ch;
   idem_record *now = NULL;
   int rc;
@@ -1313,6 +1321,10 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
   ch.expect_token = token;
   ch.exec_set = IDEM__EXEC_CLEAR; /* a verdict: nothing of it can land */
+  if (rule) { /* NULL: the action is gone */
+    if ((rc = g->st->vt->now(g->st, &ch.expires))) return store_fail(g, rc);
+    ch.expires = kept_until(rule, ch.expires);
+  }
   if (outcome == IDEM_OUTCOME_UNKNOWN) {
     /* it ended without a verdict: still in doubt, and it may land until
     ** settle_ms from now (§6a) - the attempt under our token, no other */
@@ -1356,22 +1368,28 @@ static int finish_late(idem_step *s, int outcome, const char *result,
                        const char *error) {
   s->late_ok = 0;
   return settle(s->g, s->session, s->call_id, s->token, outcome, result, error,
-                IDEM_RESOLVED_LATE, 0, s->ended);
+                IDEM_RESOLVED_LATE, 0, s->ended, s->rule);
 }
 
 /* Can an attempt of the action v settles still land?  (A log that cannot
-** say is taken for yes: the safe direction.) */
-static int still_landing(idem_guard *g, const idem_settlement *v) {
+** say is taken for yes: the safe direction.)  *expires: until when the
+** action is kept once settled now (0 when the log cannot say). */
+static int still_landing(idem_guard *g, const idem_settlement *v,
+                         long long *expires) {
   idem__tool_rule scratch;
+  const idem__tool_rule *rule;
   idem_record *r = NULL;
   long long now = 0;
   int rc = g->st->vt->get(g->st, v->session, v->call_id, &r), yes;
+  *expires = 0;
   if (rc == IDEM_NOTFOUND) return 0;
   if (rc || g->st->vt->now(g->st, &now)) {
     idem_record_free(r);
     return 1;
   }
-  yes = may_land_by(idem__policy_rule(g->policy, r->tool, &scratch), r, now);
+  rule = idem__policy_rule(g->policy, r->tool, &scratch);
+  yes = may_land_by(rule, r, now);
+  *expires = kept_until(rule, now);
   idem_record_free(r);
   return yes;
 }
@@ -1414,9 +1432,11 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *given, size_t n) {
   for (i = 0; i < n; i++) {
     int out = v[i].outcome == IDEM_OUTCOME_REJECTED ? IDEM_OUTCOME_NOT_APPLIED
                                                     : v[i].outcome;
+    long long expires = 0;
     /* "not applied" while an attempt may still land changes nothing: the
     ** action stays in doubt, and its rc says IDEM_STALE (§6a) */
-    if (out == IDEM_OUTCOME_NOT_APPLIED && still_landing(g, &v[i]))
+    if (out != IDEM_OUTCOME_UNKNOWN && still_landing(g, &v[i], &expires) &&
+        out == IDEM_OUTCOME_NOT_APPLIED)
       out = IDEM_OUTCOME_UNKNOWN;
     res[i] = v[i].result ? result_json(c, v[i].result, v[i].result_len) : NULL;
     memset(&chs[i], 0, sizeof chs[i]);
@@ -1432,6 +1452,7 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *given, size_t n) {
                                                : IDEM_STATE_NOT_APPLIED;
     chs[i].result = res[i];
     chs[i].resolution = IDEM_RESOLVED_RECONCILED;
+    chs[i].expires = expires;
   }
   if (g->st->vt->change_many)
     rc = g->st->vt->change_many(g->st, chs, n, rcs);
@@ -1477,6 +1498,7 @@ int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
                        const char *reason, const char *by) {
   idem__change ch;
   idem_record *r = NULL, *now_rec = NULL;
+  idem__tool_rule scratch;
   idem_canon *c = NULL;
   const char *out;
   char *res = NULL;
@@ -1533,6 +1555,8 @@ int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
   ch.exec_set = IDEM__EXEC_CLEAR; /* a verdict: nothing of it can land */
   ch.resolved_by = by;
   ch.durable = 1;
+  ch.expires =
+      kept_until(idem__policy_rule(g->policy, r->tool, &scratch), now);
   rc = g->st->vt->change(g->st, &ch, &now_rec);
   idem__free(res);
   idem_record_free(r);
@@ -1646,6 +1670,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   ch.attempts_add = 1;
   ch.result = res;
   ch.error = error;
+  ch.expires = kept_until(s->rule, now_ms(s));
   if (state != IDEM_STATE_IN_DOUBT) ch.resolution = IDEM_RESOLVED_EXECUTED;
   /* an attempt with a verdict cannot land later; one that ended without
   ** one may until settle_ms from now - so may the earlier one a retry
@@ -1794,6 +1819,7 @@ int idem_guard_executor_lease(idem_guard *g, const char *session,
 int idem_step_resolve(idem_step *s, int outcome, const char *result,
                       size_t result_len) {
   idem__change ch;
+  idem__tool_rule scratch;
   idem_record *now = NULL, *e;
   char *res = NULL;
   int rc;
@@ -1839,6 +1865,9 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   ch.from = BIT(IDEM_STATE_IN_DOUBT);
   ch.expect_token = e ? e->token : s->token;
   ch.exec_set = IDEM__EXEC_CLEAR; /* settled: nothing of it can land */
+  ch.expires = kept_until(
+      e ? idem__policy_rule(s->g->policy, e->tool, &scratch) : s->rule,
+      now_ms(s));
   if (outcome == IDEM_OUTCOME_APPLIED) {
     ch.state = IDEM_STATE_SUCCEEDED;
     ch.result = res;
@@ -2451,6 +2480,7 @@ int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
                     size_t result_len, const char *error, int ended) {
   idem_step late;
   idem_canon *c = NULL;
+  idem_record *r = NULL;
   char *res = NULL;
   int rc;
   if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
@@ -2468,8 +2498,12 @@ int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
   late.call_id = (char *)(uintptr_t)call_id;
   late.token = token;
   late.ended = ended != 0;
+  /* the tool's rule says how long the action is kept once settled */
+  if (g->st->vt->get(g->st, session, call_id, &r) == IDEM_OK)
+    late.rule = idem__policy_rule(g->policy, r->tool, &late.scratch);
   rc = finish_late(&late, outcome, res, error);
   idem__free(res);
+  idem_record_free(r);
   return rc;
 }
 

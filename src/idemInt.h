@@ -267,6 +267,11 @@ typedef struct idem__change {
   /* Non-NULL: an operator's verdict (SPEC §9), given by this person; the
   ** store records when (its own clock).  Refused on a terminal record. */
   const char *resolved_by;
+  /* > 0: a settling change (an outcome, a late result, a verdict): the
+  ** record is kept until then at least - its retention counts from now
+  ** (SPEC §5), and a later expiry stays; 0: keep.  A record kept forever
+  ** (expires 0) stays so. */
+  long long expires;
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };

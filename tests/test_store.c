@@ -1084,6 +1084,62 @@ static void conf_exec(const char *url) {
   st->vt->close(st);
 }
 
+/* The expiry of a record, -1 when there is none. */
+static long long expiry(idem__store *st, const char *session,
+                        const char *call) {
+  idem_record *got = NULL;
+  long long e = -1;
+  if (st->vt->get(st, session, call, &got) == IDEM_OK) e = got->expires;
+  idem_record_free(got);
+  return e;
+}
+
+/* A settling change carries the record's new expiry: its retention counts
+** from then (SPEC §5).  An expiry is never lowered, nor set on a record
+** kept forever. */
+static void conf_expiry(const char *url) {
+  idem__store *st = open_ok(url);
+  idem__change ch;
+  long long now;
+  size_t n = 99;
+  trec a;
+  int i;
+  if (!st) return;
+  now = store_now(st);
+  /* made 10 s ago with a 5 s retention: past it by creation */
+  for (i = 0; i < 3; i++) {
+    rec_init(&a, "cx", i == 0 ? "ran-long" : i == 1 ? "forever" : "earlier",
+             NULL, now - 10000);
+    a.r.expires = i == 1 ? 0 : now - 5000;
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  }
+  /* it finishes now */
+  ch = change_init("cx", "ran-long", BIT(IDEM_STATE_PENDING));
+  ch.state = IDEM_STATE_SUCCEEDED;
+  ch.expires = now + 5000;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  ch.call_id = "forever";
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  ch.call_id = "earlier";
+  ch.expires = now - 8000; /* earlier than it was: kept as it was */
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  /* a change that settles nothing keeps the expiry */
+  ch = change_init("cx", "ran-long", ALL_STATES);
+  ch.delivered = now;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  CHECK_INT(expiry(st, "cx", "ran-long"), now + 5000);
+  CHECK_INT(expiry(st, "cx", "forever"), 0);
+  CHECK_INT(expiry(st, "cx", "earlier"), now - 5000);
+  /* a second later: only the one past its retention goes */
+  CHECK_INT(st->vt->gc(st, now + 1000, &n), IDEM_OK);
+  CHECK_INT(expiry(st, "cx", "ran-long"), now + 5000);
+  CHECK_INT(expiry(st, "cx", "earlier"), -1);
+  CHECK_INT(st->vt->gc(st, now + 6000, &n), IDEM_OK);
+  CHECK_INT(expiry(st, "cx", "ran-long"), -1);
+  CHECK_INT(expiry(st, "cx", "forever"), 0);
+  st->vt->close(st);
+}
+
 static void conformance(const char *url) {
   conf_begin(url);
   conf_fence(url);
@@ -1093,6 +1149,7 @@ static void conformance(const char *url) {
   conf_insert_get(url);
   conf_list(url);
   conf_gc_stats(url);
+  conf_expiry(url);
 }
 
 /* ---- records, names ------------------------------------------------------ */

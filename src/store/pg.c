@@ -353,8 +353,9 @@ static const char *const stmt_sql[N_STMTS] = {
     ** $17 $18, 2 clear, 3 ended without a verdict at $18), $19 a
     ** settle_from to lower to, or 0, $20 duplicate_of or NULL, $21 the
     ** owner the row must still have or NULL, $22 who gave an operator's
-    ** verdict or NULL (resolved_at: now).  The terminal clause is the
-    ** SQLite store's. */
+    ** verdict or NULL (resolved_at: now), $23 the expiry of a settling
+    ** change or 0 (never lowered).  The terminal clause is the SQLite
+    ** store's. */
     "UPDATE idem_attempts SET"
     " state = CASE WHEN $5::integer > 0 THEN $5::integer ELSE state END,"
     " attempts = attempts + $6::integer,"
@@ -378,6 +379,8 @@ static const char *const stmt_sql[N_STMTS] = {
     "  ELSE resolution END,"
     " delivered = CASE WHEN $13::bigint >= 0 THEN $13::bigint"
     "  ELSE delivered END,"
+    " expires = CASE WHEN expires > 0 AND $23::bigint > expires"
+    "  THEN $23::bigint ELSE expires END,"
     " updated = " NOW_MS ","
     " duplicate_of = coalesce($20::text, duplicate_of),"
     " resolved_by = coalesce($22::text, resolved_by),"
@@ -1510,6 +1513,7 @@ static void change_params(params *p, const idem__change *ch,
   p_str(p, 20, ch->duplicate_of);
   p_str(p, 21, ch->expect_owner);
   p_str(p, 22, ch->resolved_by);
+  p_int(p, 23, ch->expires);
 }
 
 /* The change did not apply: why, with the record as it is now - or it did,

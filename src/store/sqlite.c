@@ -50,6 +50,8 @@
 **
 ** Columns hold exactly the fields of idem_record (times in ms since the
 ** epoch).  expires = 0 means "keep forever": gc never deletes such a record.
+** A settling change (idem__change.expires) moves expires later, never
+** earlier: a record's retention counts from its last settlement.
 ** The fence query walks attempts_fence newest first; idem recover's scans
 ** of pending and in-doubt records walk attempts_live, which holds only the
 ** live records (so finishing a call touches one small, hot index page, not
@@ -310,7 +312,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** ?18, 2 clear, 3 ended without a verdict at ?18), ?19 a settle_from
     ** to lower to, or 0, ?20 duplicate_of or NULL, ?21 the owner the
     ** record must still have or NULL, ?22 who gave an operator's verdict
-    ** or NULL (resolved_at is then now).  The last condition keeps terminal
+    ** or NULL (resolved_at is then now), ?23 the expiry of a settling
+    ** change or 0 (never lowered).  The last condition keeps terminal
     ** outcomes.  The record as it is then is read back by S_GET in the
     ** same transaction: RETURNING would hold its rows in an ephemeral
     ** table, a B-tree with its own pager and page cache made and torn down
@@ -336,6 +339,8 @@ static const char *const stmt_sql[N_STMTS] = {
     " error = coalesce(?11, error),"
     " resolution = CASE WHEN ?12 > 0 THEN ?12 ELSE resolution END,"
     " delivered = CASE WHEN ?13 >= 0 THEN ?13 ELSE delivered END,"
+    " expires = CASE WHEN expires > 0 AND ?23 > expires THEN ?23"
+    "  ELSE expires END,"
     " updated = ?14"
     " WHERE session = ?1 AND call_id = ?2 AND (?3 >> state) & 1"
     " AND (?4 < 0 OR token = ?4) AND (?21 IS NULL OR owner = ?21)"
@@ -856,6 +861,7 @@ static void w_change(sq_store *s, wreq *r) {
   bind_str(st, 20, ch->duplicate_of);
   bind_str(st, 21, ch->expect_owner);
   bind_str(st, 22, ch->resolved_by);
+  sqlite3_bind_int64(st, 23, ch->expires);
   rc = sqlite3_step(st);
   changed = rc == SQLITE_DONE && sqlite3_changes(s->w.db) > 0;
   sqlite3_reset(st);
