@@ -1,7 +1,8 @@
 /*
 ** cmd_policy.c - `idem policy check FILE` and `idem policy explain FILE TOOL`.
 **
-** check validates a policy (SPEC §8) and names its tools; explain prints,
+** check validates a policy (SPEC §8) and names its tools, with a line on
+** standard error for each warning (idem_policy_warnings); explain prints,
 ** in words, what "the same action" means for one tool and what happens on a
 ** timeout (idem_policy_explain), wrapped to 76 columns.  Exit 0 when all is
 ** well, 65 for an invalid policy, 1 when the file cannot be read, 2 for a
@@ -98,6 +99,7 @@ static int load(const char *path, idem_policy **p) {
 
 static int check(const char *path) {
   idem_policy *p;
+  char *warn = NULL;
   size_t i, n;
   int rc = load(path, &p);
   if (rc) return rc;
@@ -109,6 +111,15 @@ static int check(const char *path) {
     print_name(idem_policy_tool_name(p, i));
   }
   puts(")");
+  if (idem_policy_warnings(p, &warn) == IDEM_OK) {
+    char *line, *nl;
+    for (line = warn; *line; line = nl + 1) {
+      nl = strchr(line, '\n');
+      *nl = '\0';
+      cli_err("%s: warning: %s", path, line);
+    }
+  }
+  idem_free(warn);
   idem_policy_free(p);
   return cli_flush();
 }

@@ -313,6 +313,11 @@ IDEM_API int idem_policy_class(const idem_policy *p, const char *tool);
 IDEM_API int idem_policy_explain(const idem_policy *p, const char *tool,
                                  char **out);
 
+/* What the valid policy p allows but likely does not mean (docs/POLICY.md,
+** "Warnings"): one line each, naming the field; "" when there is none.
+** *out is a NUL-terminated text; free it with idem_free(). */
+IDEM_API int idem_policy_warnings(const idem_policy *p, char **out);
+
 #define IDEM_MAX_EXIT_CODES 16
 
 /* What the policy says about one tool, defaults filled in (docs/POLICY.md

@@ -1326,6 +1326,17 @@ typedef struct text {
   int rc;
 } text;
 
+/* The text said, NUL-terminated, into *out (the caller's to free). */
+static int text_done(text *t, char **out) {
+  if (!t->rc) t->rc = idem__buf_append(&t->b, "", 1);
+  if (t->rc) {
+    idem__buf_free(&t->b);
+    return t->rc == IDEM_RANGE ? IDEM_NOMEM : t->rc;
+  }
+  *out = t->b.p;
+  return IDEM_OK;
+}
+
 static void say(text *t, const char *fmt, ...) PRINTF_LIKE(2, 3);
 static void say(text *t, const char *fmt, ...) {
   va_list ap;
@@ -1697,11 +1708,36 @@ int idem_policy_explain(const idem_policy *p, const char *tool, char **out) {
   default: break;
   }
 
-  if (!t.rc) t.rc = idem__buf_append(&t.b, "", 1);
-  if (t.rc) {
-    idem__buf_free(&t.b);
-    return t.rc == IDEM_RANGE ? IDEM_NOMEM : t.rc;
+  return text_done(&t, out);
+}
+
+/* ---- warnings -----------------------------------------------------------------
+** What a valid policy allows but likely does not mean: one line each. */
+
+int idem_policy_warnings(const idem_policy *p, char **out) {
+  text t;
+  size_t i;
+  if (!out) return IDEM_MISUSE;
+  *out = NULL;
+  if (!p || p->magic != IDEM__POLICY_MAGIC || p->err) return IDEM_MISUSE;
+  idem__buf_init(&t.b, MAX_EXPLAIN);
+  t.rc = IDEM_OK;
+  for (i = 0; i < p->ntools; i++) {
+    const idem__tool_rule *r = &p->tools[i];
+    long long land = (long long)r->timeout_ms +
+                     (r->settle_ms > 0 ? (long long)r->settle_ms : 0);
+    ctx c;
+    if (r->cls != IDEM_CLASS_GUARDED || r->retention_s * 1000 >= land)
+      continue;
+    memset(&c, 0, sizeof c);
+    path_push(&c, "tools");
+    path_push(&c, r->name);
+    path_push(&c, "retention_s");
+    say(&t,
+        "%s: %lld s is shorter than timeout_ms + settle_ms (%lld ms), the "
+        "time an attempt may take to land: a call retried after waiting "
+        "that long may find its record deleted by idem gc, and run again\n",
+        c.path, (long long)r->retention_s, land);
   }
-  *out = t.b.p;
-  return IDEM_OK;
+  return text_done(&t, out);
 }

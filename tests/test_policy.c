@@ -866,6 +866,42 @@ static void test_http(void) {
   idem_policy_free(p);
 }
 
+/* Warnings: a guarded tool's retention shorter than an attempt may take to
+** land (timeout_ms + settle_ms, 0 when unbounded), one line each, its
+** name as in messages; none for a tool not guarded or kept long enough. */
+static void test_warnings(void) {
+  idem_policy *p = parse(
+      "{\"tools\": {\"a b\": {\"class\": \"guarded\", \"retention_s\": 2,"
+      " \"timeout_ms\": 1500, \"settle_ms\": 600},"
+      " \"c\": {\"class\": \"guarded\", \"retention_s\": 1,"
+      " \"timeout_ms\": 1001},"
+      " \"d\": {\"class\": \"guarded\", \"retention_s\": 1,"
+      " \"timeout_ms\": 1000},"
+      " \"e\": {\"class\": \"idempotent\", \"timeout_ms\": 90000}}}",
+      IDEM_OK);
+  char *t = (char *)1;
+  CHECK_INT(idem_policy_warnings(NULL, &t), IDEM_MISUSE);
+  CHECK(t == NULL);
+  CHECK_INT(idem_policy_warnings(p, NULL), IDEM_MISUSE);
+  if (p && idem_policy_warnings(p, &t) == IDEM_OK && t) {
+    CHECK_STR(t, "tools[\"a b\"].retention_s: 2 s is shorter than timeout_ms + "
+                 "settle_ms (2100 ms), the time an attempt may take to land: "
+                 "a call retried after waiting that long may find its record "
+                 "deleted by idem gc, and run again\n"
+                 "tools.c.retention_s: 1 s is shorter than timeout_ms + "
+                 "settle_ms (1001 ms), the time an attempt may take to land: "
+                 "a call retried after waiting that long may find its record "
+                 "deleted by idem gc, and run again\n");
+  } else
+    CHECK(0);
+  idem_free(t);
+  idem_policy_free(p);
+  p = parse("{\"tools\": {}}", IDEM_OK);
+  if (p && idem_policy_warnings(p, &t) == IDEM_OK && t) CHECK_STR(t, "");
+  idem_free(t);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_policy CASES_DIR\n");
@@ -878,6 +914,7 @@ int main(int argc, char **argv) {
   test_many_tools();
   test_explain();
   test_misuse();
+  test_warnings();
   test_messages();
   test_files();
   test_alloc_failures();
