@@ -495,7 +495,8 @@ enum idem_next {
 
 /*
 ** Open a guard on the attempt log named by log_url ("sqlite:PATH",
-** "postgres://...", or a plain path); NULL means $IDEM_LOG, else
+** "postgres://...", a libpq keyword string "host=H dbname=D ...", or a
+** plain path without such keywords); NULL means $IDEM_LOG, else
 ** $XDG_STATE_HOME/idem/attempts.db (~/.local/state/idem/attempts.db).
 ** policy is borrowed and must outlive the guard; NULL guards every tool
 ** with the default settings.  *out is set even on failure when memory

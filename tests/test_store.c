@@ -26,6 +26,7 @@
 #define _DEFAULT_SOURCE /* setgroups */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <grp.h>
 #include <pthread.h>
@@ -1261,6 +1262,71 @@ static void test_urls(void) {
   expect_open_fail("odd:name.db", IDEM_INVALID, "odd:name.db");
 }
 
+/* Entries in dir (not . and ..), -1 when it cannot be read. */
+static int entries(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  if (!d) return -1;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+/* A libpq keyword/value string is PostgreSQL, never a file: run in an
+** empty directory, each open fails (nothing listens on port 1) with a
+** message that hides the password, and the directory stays empty. */
+static void test_keyword_urls(void) {
+  static const struct {
+    const char *url;
+    int code;
+    const char *needle;
+  } cases[] = {
+      {"host=127.0.0.1 port=1 user=u password=secret dbname=idem "
+       "connect_timeout=2",
+       IDEM_STORE, "host=127.0.0.1 port=1 user=u ***"},
+      {"dbname = idem host=127.0.0.1 port=1 connect_timeout=2 "
+       "password='se cret'",
+       IDEM_STORE, "cannot connect"},
+      {"password=secret host=127.0.0.1 port=1", IDEM_STORE, "cannot connect"},
+      {"PASSWORD=secret", IDEM_INVALID, "not a PostgreSQL connection string"},
+      {"mydb password=secret", IDEM_INVALID,
+       "not a PostgreSQL connection string"},
+      {"sqlite:host=db password=secret", IDEM_INVALID,
+       "a PostgreSQL connection string, not a path"},
+  };
+  char dir[600], was[600];
+  size_t i;
+  path_in(dir, sizeof dir, "kw");
+  if (mkdir(dir, 0700) != 0 || !getcwd(was, sizeof was) || chdir(dir) != 0) {
+    CHECK(0);
+    return;
+  }
+  for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+    idem__store *st = NULL;
+    expect_open_fail(cases[i].url, cases[i].code, cases[i].needle);
+    CHECK_INT(idem__store_open(cases[i].url, &st), cases[i].code);
+    if (st) {
+      CHECK(strstr(st->vt->errmsg(st), "secret") == NULL);
+      CHECK(strstr(st->vt->errmsg(st), "se cret") == NULL);
+      st->vt->close(st);
+    }
+    if (entries(".") != 0) {
+      fprintf(stderr, "  %s: made a file here\n", cases[i].url);
+      check_failed++;
+    } else
+      check_passed++;
+  }
+  /* a file so named is written ./NAME */
+  {
+    idem__store *st = open_ok("./host=x.db");
+    if (st) st->vt->close(st);
+    CHECK_INT(entries("."), 1); /* the log (closed: no -wal, -shm) */
+  }
+  CHECK_INT(chdir(was), 0);
+}
+
 /* ---- concurrency ------------------------------------------------------------ */
 
 typedef struct worker {
@@ -2413,6 +2479,54 @@ static void *open_thread(void *arg) {
 
 /* A versioned schema: a newer one and a foreign table refuse; openers
 ** racing on a new database migrate it once. */
+/* The test server named by a libpq keyword/value string (host=... port=...
+** user=... password=... dbname=...) is the same shared log as by its URL,
+** and no file is made where the program runs. */
+static void test_pg_keywords(void) {
+  PQconninfoOption *opts = PQconninfoParse(g_log, NULL), *o;
+  char kw[1200], dir[600], was[600];
+  size_t n = 0;
+  idem__store *a = NULL, *b = NULL;
+  idem_record *got = NULL;
+  trec r;
+  CHECK(opts != NULL);
+  if (!opts) return;
+  kw[0] = '\0';
+  for (o = opts; o->keyword; o++) {
+    const char *v;
+    if (!o->val || !*o->val || n + 2 * strlen(o->val) + 40 > sizeof kw)
+      continue;
+    n += (size_t)snprintf(kw + n, sizeof kw - n, "%s%s='", n ? " " : "",
+                          o->keyword);
+    for (v = o->val; *v; v++) {
+      if (*v == '\'' || *v == '\\') kw[n++] = '\\';
+      kw[n++] = *v;
+    }
+    kw[n++] = '\'';
+    kw[n] = '\0';
+  }
+  PQconninfoFree(opts);
+  CHECK(strstr(kw, "password='") != NULL && strstr(kw, "host='") != NULL);
+  path_in(dir, sizeof dir, "pgkw");
+  if (mkdir(dir, 0700) != 0 || !getcwd(was, sizeof was) || chdir(dir) != 0) {
+    CHECK(0);
+    return;
+  }
+  a = open_ok(kw);
+  b = open_ok(g_log);
+  if (a && b) {
+    CHECK_STR(a->vt->scheme, b->vt->scheme);
+    rec_init(&r, "kw", "toolu_kw", NULL, store_now(a));
+    BEGIN_EXPECT(a, &r, 0, IDEM__BEGIN_INSERTED);
+    CHECK_INT(b->vt->get(b, "kw", "toolu_kw", &got), IDEM_OK);
+    idem_record_free(got);
+  }
+  if (a) a->vt->close(a);
+  if (b) b->vt->close(b);
+  CHECK_INT(entries("."), 0);
+  CHECK_INT(chdir(was), 0);
+}
+
 static void test_pg_schema(void) {
   char url[900];
   pthread_t th[8];
@@ -2665,6 +2779,7 @@ int main(int argc, char **argv) {
     snprintf(url, sizeof url, "sqlite:%s/conformance.db", g_dir);
     conformance(url);
     test_urls();
+    test_keyword_urls();
     test_bad_files();
     test_migrate_v1();
     test_mode();
@@ -2683,6 +2798,7 @@ int main(int argc, char **argv) {
     /* what only a server has: its schema checks, its connections lost
     ** mid-call, a limit on them */
     test_pg_schema();
+    test_pg_keywords();
     test_pg_migrate_v1();
     test_pg_lost();
     test_pg_few_connections();

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "idemInt.h"
 
@@ -125,12 +126,19 @@ int idem__change_in_range(const idem__change *ch) {
          ch->exec_set >= 0 && ch->exec_set <= IDEM__EXEC_ENDED;
 }
 
+/* The first "password" in s, in any case, or NULL. */
+static const char *find_password(const char *s) {
+  for (; *s; s++)
+    if (strncasecmp(s, "password", 8) == 0) return s;
+  return NULL;
+}
+
 /* url for a message, with any user:password@ between "//" and the host
 ** hidden: a connection string may carry a password.  So may its query
-** string (?password=...): that part is cut off. */
+** string (?password=...) or a keyword/value string (password=...): that
+** part is cut off. */
 static const char *shown(const char *url, char *buf, size_t size) {
-  const char *auth = strstr(url, "//"), *at, *end,
-             *pw = strstr(url, "password");
+  const char *auth = strstr(url, "//"), *at, *end, *pw = find_password(url);
   size_t keep;
   if (!auth) {
     if (!pw) return url;
