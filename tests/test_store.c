@@ -2311,6 +2311,43 @@ static void test_wal_appends(void) {
   }
 }
 
+/* The fix-up of an existing log's mode takes the other users' bits from
+** the log itself, never from a file a symbolic link planted as its -wal or
+** -shm points to: that file keeps its mode. */
+static void test_mode_links(void) {
+  char p[700], link[720], victim[700], victim2[700], dir[600];
+  struct stat sb;
+  idem__store *st;
+  int fd;
+  mode_t old = umask(022);
+  snprintf(dir, sizeof dir, "%s/links", g_dir);
+  snprintf(p, sizeof p, "%s/attempts.db", dir);
+  snprintf(victim, sizeof victim, "%s/victim", g_dir);
+  snprintf(victim2, sizeof victim2, "%s/victim2", g_dir);
+  if ((st = open_ok(p)) != NULL) st->vt->close(st);
+  CHECK_INT(chmod(p, 0644), 0);
+  snprintf(link, sizeof link, "%s-wal", p);
+  unlink(link);
+  if ((fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0) close(fd);
+  CHECK_INT(chmod(victim, 0644), 0);
+  CHECK_INT(symlink(victim, link), 0);
+  snprintf(link, sizeof link, "%s-shm", p);
+  unlink(link);
+  if ((fd = open(victim2, O_WRONLY | O_CREAT | O_TRUNC, 0604)) >= 0) close(fd);
+  CHECK_INT(chmod(victim2, 0604), 0);
+  CHECK_INT(symlink(victim2, link), 0);
+  st = NULL;
+  (void)idem__store_open(p, &st); /* what SQLite makes of them: not ours */
+  if (st) st->vt->close(st);
+  CHECK_INT(stat(p, &sb), 0);
+  CHECK_INT(sb.st_mode & 0777, 0640);
+  CHECK_INT(stat(victim, &sb), 0);
+  CHECK_INT(sb.st_mode & 0777, 0644);
+  CHECK_INT(stat(victim2, &sb), 0);
+  CHECK_INT(sb.st_mode & 0777, 0604);
+  umask(old);
+}
+
 static void test_mode(void) {
   char p[700], dir[600];
   struct stat sb;
@@ -2335,6 +2372,7 @@ static void test_mode(void) {
     st->vt->close(st);
   }
   umask(old);
+  test_mode_links();
 }
 
 /* The get path is fast (SPEC §12: a replay answers in under 20 us). */

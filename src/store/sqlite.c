@@ -15,7 +15,8 @@
 ** it (the records hold tool arguments, and the -wal and -shm SQLite makes
 ** take the log's mode).  The group's bits stay: a log shared by a group is
 ** a setup, not a mistake.  A log of another owner is used as it is: its
-** mode is its owner's choice.  It is marked as ours by PRAGMA application_id
+** mode is its owner's choice.  So is a log, -wal or -shm that is a
+** symbolic link: the fix-up never follows one (close_file_to_others).  It is marked as ours by PRAGMA application_id
 ** = 0x6964656d ("idem") and versioned by PRAGMA user_version:
 **
 **   user_version 0, no objects        a new file: migrate to the latest
@@ -166,7 +167,7 @@
 ** calls, and count their syncs; tests use that to prove that a failed sync
 ** fails begin and reports nothing durable.
 */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_PATH */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1303,23 +1304,48 @@ static void sync_parent(const char *path) {
   }
 }
 
+/* Take other users' access away from the regular file at p when this
+** process owns it - never from what a symbolic link there points to (one
+** planted as a log's -wal or -shm in a directory others can write would
+** else have idem change a file of its choosing).  p is opened O_PATH |
+** O_NOFOLLOW, so a link is the link itself and is left alone; the checks
+** and the change are of that one file (fstat, then chmod through
+** /proc/self/fd, as glibc's fchmodat does: fchmod refuses an O_PATH
+** descriptor).  Never a descriptor opened for reading: closing one would
+** drop the POSIX locks SQLite holds on the file in this process; closing
+** an O_PATH one drops none.  Without O_PATH, lstat and chmod by path. */
+static void close_file_to_others(const char *p) {
+  struct stat sb;
+#ifdef O_PATH
+  char fdp[64];
+  int fd = open(p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+      (sb.st_mode & S_IRWXO)) {
+    snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", fd);
+    (void)chmod(fdp, sb.st_mode & 07770);
+  }
+  close(fd);
+#else
+  if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+      (sb.st_mode & S_IRWXO))
+    (void)chmod(p, sb.st_mode & 07770);
+#endif
+}
+
 /* Take other users' access away from the log and its -wal and -shm, those
 ** of them this process owns (THE FILE, above).  The log goes first: a -wal
-** or -shm SQLite creates meanwhile takes its mode.  By path, never by an
-** open and close: closing a descriptor of the log would drop the POSIX
-** locks SQLite holds on it in this process.  Best effort: a mode that
-** cannot be changed (a read-only file system) is left as it is. */
+** or -shm SQLite creates meanwhile takes its mode.  Best effort: a mode
+** that cannot be changed (a read-only file system, no /proc) is left as it
+** is. */
 static void close_to_others(const char *path) {
   static const char *const suffix[] = {"", "-wal", "-shm"};
   char p[PATH_MAX];
-  struct stat sb;
   size_t i;
   for (i = 0; i < sizeof suffix / sizeof *suffix; i++) {
     int k = snprintf(p, sizeof p, "%s%s", path, suffix[i]);
     if (k < 0 || (size_t)k >= sizeof p) return;
-    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
-        (sb.st_mode & S_IRWXO))
-      (void)chmod(p, sb.st_mode & 07770);
+    close_file_to_others(p);
   }
 }
 
