@@ -133,6 +133,9 @@ struct idem_step {
   long long token; /* our fencing token while we hold the lease         */
   long long delay_ms, wait_until;
   long long started; /* when the call was made: its record's created */
+  long long deadline; /* when the caller expects an answer (monotonic):  */
+                      /* a lost log is retried no longer (store.c)       */
+  int fresh;          /* this call made its record: never a replay       */
   int races;
   int late_ok;          /* an execute timed out: a late finish is recorded   */
   int doubted;          /* this EXECUTE retries an attempt whose outcome is  */
@@ -530,6 +533,7 @@ static int lost_race(idem_step *s, idem_record *now) {
 }
 
 static int to_execute(idem_step *s, long long delay) {
+  s->deadline = idem__mono_ms() + delay + s->rule->timeout_ms;
   s->ended = 0;
   s->phase = PH_EXEC;
   s->next = IDEM_NEXT_EXECUTE;
@@ -670,6 +674,7 @@ static int reconcile_own(idem_step *s, const idem_record *r) {
     int rc = build_check_args(s, s->args, s->args_len, s->key);
     if (rc) return rc;
     s->phase = PH_CHECK_OWN;
+    s->deadline = idem__mono_ms() + s->rule->reconcile_timeout_ms;
     s->next = IDEM_NEXT_CHECK;
     s->delay_ms = 0;
     return IDEM_OK;
@@ -744,7 +749,9 @@ static int decide_existing(idem_step *s, idem_record *r) {
   case IDEM_STATE_FAILED:
   case IDEM_STATE_DEDUPLICATED:
     s->told = r->delivered != 0; /* a replay of what the model was told */
-    rc = answer_outcome(s, r, 1);
+    /* this call's own record, settled meanwhile (a late result recorded
+    ** while its finish was held up): its outcome, not a replay */
+    rc = answer_outcome(s, r, !s->fresh);
     idem_record_free(r);
     return rc;
   case IDEM_STATE_PENDING:
@@ -903,6 +910,7 @@ static int decide_fenced(idem_step *s, idem_record *e) {
     if ((rc = build_check_args(s, now->args, strlen(now->args), now->key)))
       return rc;
     s->phase = PH_CHECK_EARLIER;
+    s->deadline = idem__mono_ms() + s->rule->reconcile_timeout_ms;
     s->next = IDEM_NEXT_CHECK;
     s->delay_ms = 0;
     return IDEM_OK;
@@ -938,6 +946,7 @@ static int decide(idem_step *s) {
   switch (what) {
   case IDEM__BEGIN_INSERTED:
     idem_crash_point("after_pending_commit");
+    s->fresh = 1;
     s->token = 1;
     s->attempt = 1;
     return to_execute(s, 0);
@@ -1294,8 +1303,12 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   }
   if (make_fence_key(s) || build_check_args(s, s->args, s->args_len, s->key))
     return gfail(g, IDEM_NOMEM, "out of memory");
+  s->deadline = idem__mono_ms() + s->rule->timeout_ms;
+  idem__store_deadline_set(s->deadline);
   s->started = now_ms(s);
-  return decide(s);
+  rc = decide(s);
+  idem__store_deadline_set(0);
+  return rc;
 }
 
 int idem_step_next(const idem_step *s) {
@@ -1305,6 +1318,30 @@ int idem_step_next(const idem_step *s) {
 /* A result that came after we answered outcome_unknown: record it on the
 ** in_doubt record whoever holds it now (SPEC §6.6). */
 static char *result_json(idem_canon *c, const char *result, size_t len);
+
+/* Apply ch, the settlement of the attempt under ch->expect_token: on a
+** pending record that attempt's end was never recorded, so it counts now
+** (attempts + 1); on one in doubt it was counted then.  *now as change()
+** gives it (may be NULL). */
+static int settle_apply(idem_guard *g, idem__change *ch, idem_record **now) {
+  idem_record *was = NULL;
+  int rc;
+  ch->from = BIT(IDEM_STATE_PENDING);
+  ch->attempts_add = 1;
+  rc = g->st->vt->change(g->st, ch, &was);
+  if (rc == IDEM_STALE && was && was->state == IDEM_STATE_IN_DOUBT) {
+    idem_record_free(was);
+    was = NULL;
+    ch->from = BIT(IDEM_STATE_IN_DOUBT);
+    ch->attempts_add = 0;
+    rc = g->st->vt->change(g->st, ch, &was);
+  }
+  if (now)
+    *now = was;
+  else
+    idem_record_free(was);
+  return rc;
+}
 
 static int settle(idem_guard *g, const char *session, const char *call_id,
                   long long token, int outcome, const char *result,
@@ -1318,7 +1355,6 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.session = session;
   ch.call_id = call_id;
   ch.delivered = -1;
-  ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
   ch.expect_token = token;
   ch.exec_set = IDEM__EXEC_CLEAR; /* a verdict: nothing of it can land */
   if (rule) { /* NULL: the action is gone */
@@ -1332,7 +1368,7 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
     ch.error = error;
     ch.exec_set = IDEM__EXEC_ENDED;
     if ((rc = g->st->vt->now(g->st, &ch.settle_from))) return store_fail(g, rc);
-    rc = g->st->vt->change(g->st, &ch, NULL);
+    rc = settle_apply(g, &ch, NULL);
     return rc == IDEM_OK || rc == IDEM_STALE || rc == IDEM_NOTFOUND
                ? IDEM_OK
                : store_fail(g, rc);
@@ -1343,7 +1379,7 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.result = result;
   ch.error = error;
   ch.resolution = resolution;
-  rc = g->st->vt->change(g->st, &ch, strict ? NULL : &now);
+  rc = settle_apply(g, &ch, strict ? NULL : &now);
   if (!strict && rc == IDEM_STALE && now && now->state == IDEM_STATE_IN_DOUBT &&
       outcome == IDEM_OUTCOME_APPLIED) {
     /* a late result that it applied settles an in-doubt action whoever
@@ -1353,6 +1389,7 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
     now = NULL;
     ch.from = BIT(IDEM_STATE_IN_DOUBT);
     ch.expect_token = -1;
+    ch.attempts_add = 0;
     rc = g->st->vt->change(g->st, &ch, &now);
   }
   idem_record_free(now);
@@ -1610,8 +1647,8 @@ static char *result_json(idem_canon *c, const char *result, size_t len) {
   return r;
 }
 
-int idem_step_finish(idem_step *s, int outcome, const char *result,
-                     size_t result_len, const char *error) {
+static int step_finish(idem_step *s, int outcome, const char *result,
+                       size_t result_len, const char *error) {
   idem__change ch;
   idem_record *now = NULL;
   char *res = NULL;
@@ -1816,8 +1853,8 @@ int idem_guard_executor_lease(idem_guard *g, const char *session,
   return rc ? store_fail(g, rc) : IDEM_OK;
 }
 
-int idem_step_resolve(idem_step *s, int outcome, const char *result,
-                      size_t result_len) {
+static int step_resolve(idem_step *s, int outcome, const char *result,
+                        size_t result_len) {
   idem__change ch;
   idem__tool_rule scratch;
   idem_record *now = NULL, *e;
@@ -1904,14 +1941,14 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   return rc;
 }
 
-int idem_step_poll(idem_step *s) {
+static int step_poll(idem_step *s) {
   if (!step_ok(s)) return IDEM_MISUSE;
   if (s->phase != PH_WAIT)
     return gfail(s->g, IDEM_MISUSE, "poll without a WAIT");
   return decide(s);
 }
 
-int idem_step_delivered(idem_step *s) {
+static int step_delivered(idem_step *s) {
   idem__change ch;
   int rc;
   if (!step_ok(s)) return IDEM_MISUSE;
@@ -2467,6 +2504,7 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   idem_record_free(now);
   if ((rc = build_check_args(s, s->args, s->args_len, s->key))) return rc;
   s->phase = PH_CHECK_OWN;
+  s->deadline = idem__mono_ms() + s->rule->reconcile_timeout_ms;
   s->next = IDEM_NEXT_CHECK;
   return IDEM_OK;
 }
@@ -2587,4 +2625,40 @@ int idem_guard_gc(idem_guard *g, size_t *removed) {
     return store_fail(g, rc);
   if (removed) *removed = n;
   return IDEM_OK;
+}
+
+/* ---- the caller's deadline --------------------------------------------------
+** A step's store calls give up retrying a lost log by the step's deadline
+** (idem__store_deadline): the caller is answered then, not held.  Each
+** entry point below runs its body between on(s) and off(rc). */
+
+static int on(idem_step *s) {
+  if (!step_ok(s)) return 0;
+  idem__store_deadline_set(s->deadline);
+  return 1;
+}
+
+static int off(int rc) {
+  idem__store_deadline_set(0);
+  return rc;
+}
+
+int idem_step_finish(idem_step *s, int outcome, const char *result,
+                     size_t result_len, const char *error) {
+  return on(s) ? off(step_finish(s, outcome, result, result_len, error))
+               : IDEM_MISUSE;
+}
+
+int idem_step_resolve(idem_step *s, int outcome, const char *result,
+                      size_t result_len) {
+  return on(s) ? off(step_resolve(s, outcome, result, result_len))
+               : IDEM_MISUSE;
+}
+
+int idem_step_poll(idem_step *s) {
+  return on(s) ? off(step_poll(s)) : IDEM_MISUSE;
+}
+
+int idem_step_delivered(idem_step *s) {
+  return on(s) ? off(step_delivered(s)) : IDEM_MISUSE;
 }

@@ -369,6 +369,16 @@ void idem__fault_arm(int sync, long long n);
 long long idem__fault_syncs(void);
 long long idem__vfs_wal_count(int file_writes);
 
+/* The deadline of the call this thread is deciding, on the monotonic
+** clock (idem__mono_ms), 0 for none: a store that retries a request on a
+** lost connection gives up by then (or IDEM__STORE_MIN_RETRY_MS after the
+** request began, when that is later) instead of holding the caller for
+** its own limit.  Set by the guard around a step's store calls (store/
+** common.c keeps it per thread). */
+#define IDEM__STORE_MIN_RETRY_MS 2000
+void idem__store_deadline_set(long long mono_ms);
+long long idem__store_deadline(void);
+
 /* A store that could not be opened: errmsg says why (printf-style fmt),
 ** every other entry point fails with IDEM_MISUSE, close frees it.  Sets
 ** *out (NULL when even that could not be allocated) and returns rc. */

@@ -1877,6 +1877,49 @@ static void test_retention_from_settlement(void) {
   idem_policy_free(p);
 }
 
+/* The attempt's result is recorded as late by its runner (the front end
+** was held up - a log that could not be reached - past the deadline) before
+** the front end's own finish: the front end's finish loses the race and
+** answers the record's outcome - its own call's, not a replay - and the
+** attempt counts once. */
+static void test_late_before_finish(void) {
+  idem_policy *p = policy(NOCHECK_POLICY);
+  idem_guard *g = open_guard(p), *runner = NULL;
+  idem_call c = {sizeof c, "lbf", "c1", "refund_payment", ARGS, strlen(ARGS),
+                 NULL, 0};
+  idem_step *s = NULL;
+  idem_record *r;
+  size_t len;
+  char url[4200];
+  snprintf(url, sizeof url, "%s", idem_guard_log(g));
+  CHECK_INT(idem_guard_open(url, p, &runner), IDEM_OK);
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_guard_late(runner, "lbf", "c1", idem_step_token(s),
+                            IDEM_OUTCOME_APPLIED, "{\"re\":1}", 8, NULL, 1),
+            IDEM_OK);
+  if ((r = record(g, "lbf", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_SUCCEEDED);
+    CHECK_INT(r->attempts, 1);
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, NULL, 0,
+                             "no answer within 300 ms"),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  HAS(idem_step_envelope(s, &len), "\"replayed\":false,\"attempts\":1,");
+  idem_step_free(s);
+  s = NULL;
+  /* asked again: now it is a replay */
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  HAS(idem_step_envelope(s, &len), "\"replayed\":true,\"attempts\":1,");
+  idem_step_free(s);
+  idem_guard_close(runner);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--die-mid-call") == 0)
     return die_mid_call(argv[2]);
@@ -1907,5 +1950,6 @@ int main(int argc, char **argv) {
   test_fence_by_text();
   test_fence_v0();
   test_retention_from_settlement();
+  test_late_before_finish();
   return check_done();
 }

@@ -1,7 +1,7 @@
 /*
 ** common.c - what the backends share, below the choice of one (store.c):
-** the failed store, the checks both make of what they are given, and a
-** URL as messages show it.
+** the failed store, the deadline of the caller's call, the checks both make
+** of what they are given, and a URL as messages show it.
 **
 ** Opening reports its failure through the store's own errmsg, so a store
 ** that could not be opened is still an object: a "failed store" whose
@@ -105,6 +105,14 @@ int idem__store_fail(idem__store **out, int rc, const char *fmt, ...) {
   *out = &f->base;
   return rc;
 }
+
+/* ---- the caller's deadline ----------------------------------------------- */
+
+static _Thread_local long long tls_deadline;
+
+void idem__store_deadline_set(long long mono_ms) { tls_deadline = mono_ms; }
+
+long long idem__store_deadline(void) { return tls_deadline; }
 
 /* ---- checks both stores make ----------------------------------------------- */
 
