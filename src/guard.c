@@ -1326,14 +1326,14 @@ static char *result_json(idem_canon *c, const char *result, size_t len);
 static int settle_apply(idem_guard *g, idem__change *ch, idem_record **now) {
   idem_record *was = NULL;
   int rc;
-  ch->from = BIT(IDEM_STATE_PENDING);
-  ch->attempts_add = 1;
+  ch->from = BIT(IDEM_STATE_IN_DOUBT); /* the usual case: one write */
+  ch->attempts_add = 0;
   rc = g->st->vt->change(g->st, ch, &was);
-  if (rc == IDEM_STALE && was && was->state == IDEM_STATE_IN_DOUBT) {
+  if (rc == IDEM_STALE && was && was->state == IDEM_STATE_PENDING) {
     idem_record_free(was);
     was = NULL;
-    ch->from = BIT(IDEM_STATE_IN_DOUBT);
-    ch->attempts_add = 0;
+    ch->from = BIT(IDEM_STATE_PENDING);
+    ch->attempts_add = 1;
     rc = g->st->vt->change(g->st, ch, &was);
   }
   if (now)
