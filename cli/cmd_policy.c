@@ -1,7 +1,8 @@
 /*
 ** cmd_policy.c - `idem policy check FILE` and `idem policy explain FILE TOOL`.
 **
-** check validates a policy (SPEC §8) and names its tools; explain prints,
+** check validates a policy (SPEC §8) and names its tools, with a line on
+** standard error for each warning (idem_policy_warning); explain prints,
 ** in words, what "the same action" means for one tool and what happens on a
 ** timeout (idem_policy_explain), wrapped to 76 columns.  Exit 0 when all is
 ** well, 65 for an invalid policy, 1 when the file cannot be read, 2 for a

@@ -201,7 +201,8 @@ static const cli_help helps[] = {
      "usage: idem gc [--log URL] [--json]\n"
      "\n"
      "Delete settled records (succeeded, failed, not_applied, deduplicated)\n"
-     "whose retention has passed.  Records in doubt are never deleted.\n"},
+     "whose retention, counted from each one's last settlement, has passed.\n"
+     "Records pending or in doubt are never deleted.\n"},
     {"stats", "count the records of the attempt log by state",
      "usage: idem stats [--log URL] [--json]\n"},
     {"bench", "measure idem against its peers (SPEC §12)",

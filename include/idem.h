@@ -350,10 +350,12 @@ IDEM_API size_t idem_policy_tool_count(const idem_policy *p);
 IDEM_API const char *idem_policy_tool_name(const idem_policy *p, size_t i);
 
 /* The i-th warning about a loaded policy: something valid that is likely a
-** mistake, in one line (`tools: "Refund" and "refund" differ only in case
-** or Unicode normalization (NFC) ...`: two tool names equal after case
-** folding and NFC, which idem tells apart).  Borrowed from p; NULL past
-** the end.  Front ends print them (idem policy check, idem mcp). */
+** mistake, in one line naming the field (docs/POLICY.md, "Warnings"): two
+** tool names equal after case folding and NFC, which idem tells apart
+** (`tools: "Refund" and "refund" differ only in case ...`), or a guarded
+** tool's retention_s shorter than its timeout_ms + settle_ms.  Borrowed
+** from p; NULL past the end.  Front ends print them (idem policy check,
+** idem mcp). */
 IDEM_API const char *idem_policy_warning(const idem_policy *p, size_t i);
 
 /* ---------------------------------------------------------------------------
@@ -497,7 +499,8 @@ enum idem_next {
 
 /*
 ** Open a guard on the attempt log named by log_url ("sqlite:PATH",
-** "postgres://...", or a plain path); NULL means $IDEM_LOG, else
+** "postgres://...", a libpq keyword string "host=H dbname=D ...", or a
+** plain path without such keywords); NULL means $IDEM_LOG, else
 ** $XDG_STATE_HOME/idem/attempts.db (~/.local/state/idem/attempts.db).
 ** policy is borrowed and must outlive the guard; NULL guards every tool
 ** with the default settings.  *out is set even on failure when memory
@@ -746,8 +749,9 @@ typedef struct idem_stats {
 IDEM_API int idem_guard_stats(idem_guard *g, idem_stats *out);
 
 /* Delete the settled records whose retention (the policy's retention_s
-** when they were made) has run out by the log's clock; *removed (may be
-** NULL) says how many.  Actions that are pending or in doubt are kept. */
+** when they were settled, counted from their last settlement: an outcome,
+** a late result, a verdict) has run out by the log's clock; *removed (may
+** be NULL) says how many.  Actions that are pending or in doubt are kept. */
 IDEM_API int idem_guard_gc(idem_guard *g, size_t *removed);
 
 /* The log g was opened on, as given (or as defaulted when NULL was). */

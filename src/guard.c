@@ -150,6 +150,9 @@ struct idem_step {
   long long token; /* our fencing token while we hold the lease         */
   long long delay_ms, wait_until;
   long long started; /* when the call was made: its record's created */
+  long long deadline; /* when the caller expects an answer (monotonic):  */
+                      /* a lost log is retried no longer (store.c)       */
+  int fresh;          /* this call made its record: never a replay       */
   int races;
   int late_ok;          /* an execute timed out: a late finish is recorded   */
   int doubted;          /* this EXECUTE retries an attempt whose outcome is  */
@@ -246,6 +249,12 @@ static long long now_ms(idem_step *s) {
   long long t = 0;
   if (s->g->st->vt->now(s->g->st, &t) != IDEM_OK) t = idem__wall_ms();
   return t;
+}
+
+/* Until when a record of tool rule r settled at now is kept (SPEC §5: its
+** retention counts from its last settlement; idem__change.expires). */
+static long long kept_until(const idem__tool_rule *r, long long now) {
+  return now + r->retention_s * 1000;
 }
 
 /* The delay before retry n (1, 2, ...): backoff_ms doubling, capped at a
@@ -537,7 +546,7 @@ static void fill_record(idem_step *s, idem_record *r, long long now) {
   r->settle_from = s->g->defer_start ? 0 : now + s->rule->timeout_ms;
   r->created = s->started ? s->started : now;
   r->updated = now;
-  r->expires = now + s->rule->retention_s * 1000;
+  r->expires = kept_until(s->rule, now);
 }
 
 /* A new call that the fence held back - answered outcome_unknown or
@@ -583,6 +592,7 @@ static int lost_race(idem_step *s, idem_record *now) {
 }
 
 static int to_execute(idem_step *s, long long delay) {
+  s->deadline = idem__mono_ms() + delay + s->rule->timeout_ms;
   s->ended = 0;
   s->phase = PH_EXEC;
   s->next = IDEM_NEXT_EXECUTE;
@@ -723,6 +733,7 @@ static int reconcile_own(idem_step *s, const idem_record *r) {
     int rc = build_check_args(s, s->args, s->args_len, s->key);
     if (rc) return rc;
     s->phase = PH_CHECK_OWN;
+    s->deadline = idem__mono_ms() + s->rule->reconcile_timeout_ms;
     s->next = IDEM_NEXT_CHECK;
     s->delay_ms = 0;
     return IDEM_OK;
@@ -812,7 +823,9 @@ static int decide_existing(idem_step *s, idem_record *r) {
   case IDEM_STATE_FAILED:
   case IDEM_STATE_DEDUPLICATED:
     s->told = r->delivered != 0; /* a replay of what the model was told */
-    rc = answer_outcome(s, r, 1);
+    /* this call's own record, settled meanwhile (a late result recorded
+    ** while its finish was held up): its outcome, not a replay */
+    rc = answer_outcome(s, r, !s->fresh);
     idem_record_free(r);
     return rc;
   case IDEM_STATE_PENDING:
@@ -909,6 +922,7 @@ static int deduplicate(idem_step *s, const idem_record *e) {
     ch.resolution = IDEM_RESOLVED_REPLAYED;
     ch.duplicate_of = e->call_id;
     ch.exec_set = IDEM__EXEC_CLEAR;
+    ch.expires = kept_until(s->rule, now);
     {
       idem_record *was = found; /* ch points into it */
       found = NULL;
@@ -970,6 +984,7 @@ static int decide_fenced(idem_step *s, idem_record *e) {
     if ((rc = build_check_args(s, now->args, strlen(now->args), now->key)))
       return rc;
     s->phase = PH_CHECK_EARLIER;
+    s->deadline = idem__mono_ms() + s->rule->reconcile_timeout_ms;
     s->next = IDEM_NEXT_CHECK;
     s->delay_ms = 0;
     return IDEM_OK;
@@ -1005,6 +1020,7 @@ static int decide(idem_step *s) {
   switch (what) {
   case IDEM__BEGIN_INSERTED:
     idem_crash_point("after_pending_commit");
+    s->fresh = 1;
     s->token = 1;
     s->attempt = 1;
     return to_execute(s, 0);
@@ -1365,8 +1381,12 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   }
   if (make_fence_key(s) || build_check_args(s, s->args, s->args_len, s->key))
     return gfail(g, IDEM_NOMEM, "out of memory");
+  s->deadline = idem__mono_ms() + s->rule->timeout_ms;
+  idem__store_deadline_set(s->deadline);
   s->started = now_ms(s);
-  return decide(s);
+  rc = decide(s);
+  idem__store_deadline_set(0);
+  return rc;
 }
 
 int idem_step_next(const idem_step *s) {
@@ -1377,9 +1397,34 @@ int idem_step_next(const idem_step *s) {
 ** in_doubt record whoever holds it now (SPEC §6.6). */
 static char *result_json(idem_canon *c, const char *result, size_t len);
 
+/* Apply ch, the settlement of the attempt under ch->expect_token: on a
+** pending record that attempt's end was never recorded, so it counts now
+** (attempts + 1); on one in doubt it was counted then.  *now as change()
+** gives it (may be NULL). */
+static int settle_apply(idem_guard *g, idem__change *ch, idem_record **now) {
+  idem_record *was = NULL;
+  int rc;
+  ch->from = BIT(IDEM_STATE_IN_DOUBT); /* the usual case: one write */
+  ch->attempts_add = 0;
+  rc = g->st->vt->change(g->st, ch, &was);
+  if (rc == IDEM_STALE && was && was->state == IDEM_STATE_PENDING) {
+    idem_record_free(was);
+    was = NULL;
+    ch->from = BIT(IDEM_STATE_PENDING);
+    ch->attempts_add = 1;
+    rc = g->st->vt->change(g->st, ch, &was);
+  }
+  if (now)
+    *now = was;
+  else
+    idem_record_free(was);
+  return rc;
+}
+
 static int settle(idem_guard *g, const char *session, const char *call_id,
                   long long token, int outcome, const char *result,
-                  const char *error, int resolution, int strict, int ended) {
+                  const char *error, int resolution, int strict, int ended,
+                  const idem__tool_rule *rule) {
   idem__change ch;
   idem_record *now = NULL;
   int rc;
@@ -1388,9 +1433,12 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.session = session;
   ch.call_id = call_id;
   ch.delivered = -1;
-  ch.from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
   ch.expect_token = token;
   ch.exec_set = IDEM__EXEC_CLEAR; /* a verdict: nothing of it can land */
+  if (rule) { /* NULL: the action is gone */
+    if ((rc = g->st->vt->now(g->st, &ch.expires))) return store_fail(g, rc);
+    ch.expires = kept_until(rule, ch.expires);
+  }
   if (outcome == IDEM_OUTCOME_UNKNOWN) {
     /* it ended without a verdict: still in doubt, and it may land until
     ** settle_ms from now (§6a) - the attempt under our token, no other */
@@ -1398,7 +1446,7 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
     ch.error = error;
     ch.exec_set = IDEM__EXEC_ENDED;
     if ((rc = g->st->vt->now(g->st, &ch.settle_from))) return store_fail(g, rc);
-    rc = g->st->vt->change(g->st, &ch, NULL);
+    rc = settle_apply(g, &ch, NULL);
     return rc == IDEM_OK || rc == IDEM_STALE || rc == IDEM_NOTFOUND
                ? IDEM_OK
                : store_fail(g, rc);
@@ -1409,7 +1457,7 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
   ch.result = result;
   ch.error = error;
   ch.resolution = resolution;
-  rc = g->st->vt->change(g->st, &ch, strict ? NULL : &now);
+  rc = settle_apply(g, &ch, strict ? NULL : &now);
   if (!strict && rc == IDEM_STALE && now && now->state == IDEM_STATE_IN_DOUBT &&
       outcome == IDEM_OUTCOME_APPLIED) {
     /* a late result that it applied settles an in-doubt action whoever
@@ -1419,6 +1467,7 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
     now = NULL;
     ch.from = BIT(IDEM_STATE_IN_DOUBT);
     ch.expect_token = -1;
+    ch.attempts_add = 0;
     rc = g->st->vt->change(g->st, &ch, &now);
   }
   idem_record_free(now);
@@ -1434,22 +1483,28 @@ static int finish_late(idem_step *s, int outcome, const char *result,
                        const char *error) {
   s->late_ok = 0;
   return settle(s->g, s->session, s->call_id, s->token, outcome, result, error,
-                IDEM_RESOLVED_LATE, 0, s->ended);
+                IDEM_RESOLVED_LATE, 0, s->ended, s->rule);
 }
 
 /* Can an attempt of the action v settles still land?  (A log that cannot
-** say is taken for yes: the safe direction.) */
-static int still_landing(idem_guard *g, const idem_settlement *v) {
+** say is taken for yes: the safe direction.)  *expires: until when the
+** action is kept once settled now (0 when the log cannot say). */
+static int still_landing(idem_guard *g, const idem_settlement *v,
+                         long long *expires) {
   idem__tool_rule scratch;
+  const idem__tool_rule *rule;
   idem_record *r = NULL;
   long long now = 0;
   int rc = g->st->vt->get(g->st, v->session, v->call_id, &r), yes;
+  *expires = 0;
   if (rc == IDEM_NOTFOUND) return 0;
   if (rc || g->st->vt->now(g->st, &now)) {
     idem_record_free(r);
     return 1;
   }
-  yes = may_land_by(idem__policy_rule(g->policy, r->tool, &scratch), r, now);
+  rule = idem__policy_rule(g->policy, r->tool, &scratch);
+  yes = may_land_by(rule, r, now);
+  *expires = kept_until(rule, now);
   idem_record_free(r);
   return yes;
 }
@@ -1492,9 +1547,11 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *given, size_t n) {
   for (i = 0; i < n; i++) {
     int out = v[i].outcome == IDEM_OUTCOME_REJECTED ? IDEM_OUTCOME_NOT_APPLIED
                                                     : v[i].outcome;
+    long long expires = 0;
     /* "not applied" while an attempt may still land changes nothing: the
     ** action stays in doubt, and its rc says IDEM_STALE (§6a) */
-    if (out == IDEM_OUTCOME_NOT_APPLIED && still_landing(g, &v[i]))
+    if (out != IDEM_OUTCOME_UNKNOWN && still_landing(g, &v[i], &expires) &&
+        out == IDEM_OUTCOME_NOT_APPLIED)
       out = IDEM_OUTCOME_UNKNOWN;
     res[i] = v[i].result ? result_json(c, v[i].result, v[i].result_len) : NULL;
     memset(&chs[i], 0, sizeof chs[i]);
@@ -1510,6 +1567,7 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *given, size_t n) {
                                                : IDEM_STATE_NOT_APPLIED;
     chs[i].result = res[i];
     chs[i].resolution = IDEM_RESOLVED_RECONCILED;
+    chs[i].expires = expires;
   }
   if (g->st->vt->change_many)
     rc = g->st->vt->change_many(g->st, chs, n, rcs);
@@ -1555,6 +1613,7 @@ int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
                        const char *reason, const char *by) {
   idem__change ch;
   idem_record *r = NULL, *now_rec = NULL;
+  idem__tool_rule scratch;
   idem_canon *c = NULL;
   const char *out;
   char *res = NULL;
@@ -1611,6 +1670,8 @@ int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
   ch.exec_set = IDEM__EXEC_CLEAR; /* a verdict: nothing of it can land */
   ch.resolved_by = by;
   ch.durable = 1;
+  ch.expires =
+      kept_until(idem__policy_rule(g->policy, r->tool, &scratch), now);
   rc = g->st->vt->change(g->st, &ch, &now_rec);
   idem__free(res);
   idem_record_free(r);
@@ -1683,8 +1744,8 @@ static char *result_json(idem_canon *c, const char *result, size_t len) {
   return r;
 }
 
-int idem_step_finish(idem_step *s, int outcome, const char *result,
-                     size_t result_len, const char *error) {
+static int step_finish(idem_step *s, int outcome, const char *result,
+                       size_t result_len, const char *error) {
   idem__change ch;
   idem_record *now = NULL;
   char *res = NULL;
@@ -1743,6 +1804,7 @@ int idem_step_finish(idem_step *s, int outcome, const char *result,
   ch.attempts_add = 1;
   ch.result = res;
   ch.error = error;
+  ch.expires = kept_until(s->rule, now_ms(s));
   if (state != IDEM_STATE_IN_DOUBT) ch.resolution = IDEM_RESOLVED_EXECUTED;
   /* an attempt with a verdict cannot land later; one that ended without
   ** one may until settle_ms from now - so may the earlier one a retry
@@ -1892,9 +1954,10 @@ int idem_guard_executor_lease(idem_guard *g, const char *session,
   return rc ? store_fail(g, rc) : IDEM_OK;
 }
 
-int idem_step_resolve(idem_step *s, int outcome, const char *result,
-                      size_t result_len) {
+static int step_resolve(idem_step *s, int outcome, const char *result,
+                        size_t result_len) {
   idem__change ch;
+  idem__tool_rule scratch;
   idem_record *now = NULL, *e;
   char *res = NULL;
   int rc;
@@ -1940,6 +2003,9 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   ch.from = BIT(IDEM_STATE_IN_DOUBT);
   ch.expect_token = e ? e->token : s->token;
   ch.exec_set = IDEM__EXEC_CLEAR; /* settled: nothing of it can land */
+  ch.expires = kept_until(
+      e ? idem__policy_rule(s->g->policy, e->tool, &scratch) : s->rule,
+      now_ms(s));
   if (outcome == IDEM_OUTCOME_APPLIED) {
     ch.state = IDEM_STATE_SUCCEEDED;
     ch.result = res;
@@ -1979,7 +2045,7 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   return rc;
 }
 
-int idem_step_poll(idem_step *s) {
+static int step_poll(idem_step *s) {
   if (!step_ok(s)) return IDEM_MISUSE;
   if (s->phase != PH_WAIT)
     return gfail(s->g, IDEM_MISUSE, "poll without a WAIT");
@@ -2001,7 +2067,7 @@ static int stamp(idem_step *s, const char *session, const char *call_id,
   return rc ? store_fail(s->g, rc) : IDEM_OK;
 }
 
-int idem_step_delivered(idem_step *s) {
+static int step_delivered(idem_step *s) {
   long long now;
   int rc;
   if (!step_ok(s)) return IDEM_MISUSE;
@@ -2022,7 +2088,7 @@ int idem_step_delivered(idem_step *s) {
   return IDEM_OK;
 }
 
-int idem_step_undelivered(idem_step *s) {
+static int step_undelivered(idem_step *s) {
   int rc;
   if (!step_ok(s)) return IDEM_MISUSE;
   if (s->dup_stamped) {
@@ -2578,6 +2644,7 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   idem_record_free(now);
   if ((rc = build_check_args(s, s->args, s->args_len, s->key))) return rc;
   s->phase = PH_CHECK_OWN;
+  s->deadline = idem__mono_ms() + s->rule->reconcile_timeout_ms;
   s->next = IDEM_NEXT_CHECK;
   return IDEM_OK;
 }
@@ -2591,6 +2658,7 @@ int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
                     size_t result_len, const char *error, int ended) {
   idem_step late;
   idem_canon *c = NULL;
+  idem_record *r = NULL;
   char *res = NULL;
   int rc;
   if (!g || g->magic != GUARD_MAGIC || !g->st || !session || !call_id ||
@@ -2609,8 +2677,12 @@ int idem_guard_late(idem_guard *g, const char *session, const char *call_id,
   late.call_id = (char *)(uintptr_t)call_id;
   late.token = token;
   late.ended = ended != 0;
+  /* the tool's rule says how long the action is kept once settled */
+  if (g->st->vt->get(g->st, session, call_id, &r) == IDEM_OK)
+    late.rule = idem__policy_rule(g->policy, r->tool, &late.scratch);
   rc = finish_late(&late, outcome, res, error);
   idem__free(res);
+  idem_record_free(r);
   return rc;
 }
 
@@ -2694,4 +2766,44 @@ int idem_guard_gc(idem_guard *g, size_t *removed) {
     return store_fail(g, rc);
   if (removed) *removed = n;
   return IDEM_OK;
+}
+
+/* ---- the caller's deadline --------------------------------------------------
+** A step's store calls give up retrying a lost log by the step's deadline
+** (idem__store_deadline): the caller is answered then, not held.  Each
+** entry point below runs its body between on(s) and off(rc). */
+
+static int on(idem_step *s) {
+  if (!step_ok(s)) return 0;
+  idem__store_deadline_set(s->deadline);
+  return 1;
+}
+
+static int off(int rc) {
+  idem__store_deadline_set(0);
+  return rc;
+}
+
+int idem_step_finish(idem_step *s, int outcome, const char *result,
+                     size_t result_len, const char *error) {
+  return on(s) ? off(step_finish(s, outcome, result, result_len, error))
+               : IDEM_MISUSE;
+}
+
+int idem_step_resolve(idem_step *s, int outcome, const char *result,
+                      size_t result_len) {
+  return on(s) ? off(step_resolve(s, outcome, result, result_len))
+               : IDEM_MISUSE;
+}
+
+int idem_step_poll(idem_step *s) {
+  return on(s) ? off(step_poll(s)) : IDEM_MISUSE;
+}
+
+int idem_step_delivered(idem_step *s) {
+  return on(s) ? off(step_delivered(s)) : IDEM_MISUSE;
+}
+
+int idem_step_undelivered(idem_step *s) {
+  return on(s) ? off(step_undelivered(s)) : IDEM_MISUSE;
 }

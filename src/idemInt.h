@@ -279,6 +279,11 @@ typedef struct idem__change {
   /* Non-NULL: an operator's verdict (SPEC §9), given by this person; the
   ** store records when (its own clock).  Refused on a terminal record. */
   const char *resolved_by;
+  /* > 0: a settling change (an outcome, a late result, a verdict): the
+  ** record is kept until then at least - its retention counts from now
+  ** (SPEC §5), and a later expiry stays; 0: keep.  A record kept forever
+  ** (expires 0) stays so. */
+  long long expires;
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };
@@ -375,6 +380,16 @@ void idem__fault_vfs_enable(int on);
 void idem__fault_arm(int sync, long long n);
 long long idem__fault_syncs(void);
 long long idem__vfs_wal_count(int file_writes);
+
+/* The deadline of the call this thread is deciding, on the monotonic
+** clock (idem__mono_ms), 0 for none: a store that retries a request on a
+** lost connection gives up by then (or IDEM__STORE_MIN_RETRY_MS after the
+** request began, when that is later) instead of holding the caller for
+** its own limit.  Set by the guard around a step's store calls (store/
+** common.c keeps it per thread). */
+#define IDEM__STORE_MIN_RETRY_MS 2000
+void idem__store_deadline_set(long long mono_ms);
+long long idem__store_deadline(void);
 
 /* A store that could not be opened: errmsg says why (printf-style fmt),
 ** every other entry point fails with IDEM_MISUSE, close frees it.  Sets

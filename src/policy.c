@@ -1212,6 +1212,50 @@ static int by_folded(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
+/* Keep the warning w (one line); past MAX_WARNINGS, drop it. */
+static int warn(ctx *c, const char *w) {
+  idem_policy *p = c->p;
+  if (p->nwarnings >= MAX_WARNINGS) return IDEM_OK;
+  if (!p->warnings &&
+      !(p->warnings = idem__malloc(MAX_WARNINGS * sizeof *p->warnings)))
+    return nomem(c);
+  if (!(p->warnings[p->nwarnings] = idem__strndup(w, strlen(w))))
+    return nomem(c);
+  p->nwarnings++;
+  return IDEM_OK;
+}
+
+/* Warn of a guarded tool whose retention_s is shorter than an attempt may
+** take to land (timeout_ms + settle_ms, settle_ms counting 0 when it is
+** unbounded): a call retried after waiting that long may find its record
+** deleted by idem gc, and run again. */
+static int check_retention(ctx *c) {
+  idem_policy *p = c->p;
+  size_t i;
+  int rc = IDEM_OK;
+  for (i = 0; i < p->ntools && !rc; i++) {
+    const idem__tool_rule *r = &p->tools[i];
+    long long land = (long long)r->timeout_ms +
+                     (r->settle_ms > 0 ? (long long)r->settle_ms : 0);
+    char w[sizeof c->path + 240];
+    ctx at;
+    if (r->cls != IDEM_CLASS_GUARDED || r->retention_s * 1000 >= land)
+      continue;
+    memset(&at, 0, sizeof at);
+    path_push(&at, "tools");
+    path_push(&at, r->name);
+    path_push(&at, "retention_s");
+    snprintf(w, sizeof w,
+             "%s: %lld s is shorter than timeout_ms + settle_ms (%lld ms), "
+             "the time an attempt may take to land: a call retried after "
+             "waiting that long may find its record deleted by idem gc, and "
+             "run again",
+             at.path, (long long)r->retention_s, land);
+    rc = warn(c, w);
+  }
+  return rc;
+}
+
 /* Warn of tool names that are one name to a reader: equal after Unicode
 ** case folding and NFC (fold.c), though idem matches names byte for byte -
 ** "Refund" and "refund", or "café" written with a combining accent. */
@@ -1245,13 +1289,7 @@ static int check_names(ctx *c) {
              "normalization (NFC); idem tells them apart, so each has its "
              "own rule - name each tool once",
              a, b, esc);
-    if (!p->warnings &&
-        !(p->warnings = idem__malloc(MAX_WARNINGS * sizeof *p->warnings)))
-      rc = nomem(c);
-    else if (!(p->warnings[p->nwarnings] = idem__strndup(w, strlen(w))))
-      rc = nomem(c);
-    else
-      p->nwarnings++;
+    rc = warn(c, w);
   }
   for (i = 0; i < p->ntools; i++) idem__free(f[i].text);
   idem__free(f);
@@ -1286,6 +1324,7 @@ static int parse_into(idem_policy *p, const char *text, size_t len,
   }
   rc = parse_root(&c, root);
   if (!rc) rc = check_names(&c);
+  if (!rc) rc = check_retention(&c);
   json_decref(root);
   idem_canon_close(c.canon);
   if (rc) policy_clear(p);
@@ -1473,6 +1512,17 @@ typedef struct text {
   idem__buf b;
   int rc;
 } text;
+
+/* The text said, NUL-terminated, into *out (the caller's to free). */
+static int text_done(text *t, char **out) {
+  if (!t->rc) t->rc = idem__buf_append(&t->b, "", 1);
+  if (t->rc) {
+    idem__buf_free(&t->b);
+    return t->rc == IDEM_RANGE ? IDEM_NOMEM : t->rc;
+  }
+  *out = t->b.p;
+  return IDEM_OK;
+}
 
 static void say(text *t, const char *fmt, ...) PRINTF_LIKE(2, 3);
 static void say(text *t, const char *fmt, ...) {
@@ -1849,11 +1899,5 @@ int idem_policy_explain(const idem_policy *p, const char *tool, char **out) {
   default: break;
   }
 
-  if (!t.rc) t.rc = idem__buf_append(&t.b, "", 1);
-  if (t.rc) {
-    idem__buf_free(&t.b);
-    return t.rc == IDEM_RANGE ? IDEM_NOMEM : t.rc;
-  }
-  *out = t.b.p;
-  return IDEM_OK;
+  return text_done(&t, out);
 }

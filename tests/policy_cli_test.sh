@@ -183,6 +183,23 @@ expect_err_re '^idem: .*long_bad\.json: tools\["a+\.\.\." \(100000 bytes\)\]\.re
   "check a bad rule of a 100 KB name: cut"
 if [ "$(wc -c <"$T/err")" -lt 400 ]; then ok; else bad "check a bad rule of a 100 KB name: $(wc -c <"$T/err") bytes"; fi
 
+# a retention shorter than an attempt may take to land: accepted, with a
+# warning naming the field; a tool that is not guarded, or whose retention
+# is long enough, draws none
+printf '%s\n' '{"tools": {"refund": {"class": "guarded", "timeout_ms": 30000,' \
+  '"settle_ms": 1000, "retention_s": 1}, "ok": {"class": "guarded",' \
+  '"timeout_ms": 2000, "settle_ms": 1000, "retention_s": 3},' \
+  '"peek": {"class": "read_only", "timeout_ms": 30000}}}' >"$T/short.json"
+run policy check "$T/short.json"
+expect_rc 0 "check a retention shorter than timeout + settle"
+expect_out "$T/short.json: ok (3 tools: ok, peek, refund)" \
+  "check a retention shorter than timeout + settle"
+expect_err_line "idem: $T/short.json: warning: tools.refund.retention_s: 1 s is shorter than timeout_ms + settle_ms (31000 ms), the time an attempt may take to land: a call retried after waiting that long may find its record deleted by idem gc, and run again" \
+  "check a retention shorter than timeout + settle: warned"
+if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else
+  bad "check a retention shorter than timeout + settle: $(wc -l <"$T/err") warnings, want 1"
+fi
+
 run policy check "$T/missing.json"
 expect_rc 1 "check a missing file"
 expect_err_line "idem: $T/missing.json: No such file or directory" "check a missing file"

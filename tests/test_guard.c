@@ -1881,6 +1881,118 @@ static void test_undelivered(void) {
   idem_policy_free(p);
 }
 
+/* A record's retention counts from its settlement, not its creation: an
+** action that ran longer than retention_s, and ones settled late (a late
+** result, idem_guard_settle, an operator's verdict), are all kept for
+** retention_s after that; gc then keeps them, and their calls replay. */
+static void test_retention_from_settlement(void) {
+  idem_policy *p = policy(
+      "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\","
+      "\"timeout_ms\":300,\"retries\":0,\"retention_s\":1}}}");
+  idem_guard *g = open_guard(p);
+  static const char *const ids[4] = {"long", "late", "settled", "resolved"};
+  static const char *const args[4] = {"{\"order_id\":\"o_0\"}",
+                                      "{\"order_id\":\"o_1\"}",
+                                      "{\"order_id\":\"o_2\"}",
+                                      "{\"order_id\":\"o_3\"}"};
+  idem_call c = {sizeof c, "ret", NULL, "refund_payment", NULL, 0, NULL, 0};
+  idem_step *s[4] = {NULL, NULL, NULL, NULL};
+  long long token = 0;
+  size_t removed = 99;
+  int i;
+  for (i = 0; i < 4; i++) {
+    c.call_id = ids[i];
+    c.args = args[i];
+    c.args_len = strlen(args[i]);
+    CHECK_INT(idem_guard_begin(g, &c, &s[i]), IDEM_OK);
+    CHECK_INT(idem_step_next(s[i]), IDEM_NEXT_EXECUTE);
+    if (i == 0) continue;
+    /* timed out: in doubt, answered outcome_unknown */
+    CHECK_INT(idem_step_finish(s[i], IDEM_OUTCOME_UNKNOWN, NULL, 0, "timeout"),
+              IDEM_OK);
+    CHECK_INT(idem_step_answer(s[i]), IDEM_ANSWER_OUTCOME_UNKNOWN);
+    if (i == 2) token = idem_step_token(s[i]);
+  }
+  sleep_ms(1500); /* longer than the retention */
+  CHECK_INT(idem_step_finish(s[0], IDEM_OUTCOME_APPLIED, "{\"re\":0}", 8,
+                             NULL),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s[0]), IDEM_ANSWER_SUCCEEDED);
+  CHECK_INT(idem_step_finish(s[1], IDEM_OUTCOME_APPLIED, "{\"re\":1}", 8,
+                             NULL),
+            IDEM_OK);
+  CHECK_INT(idem_guard_settle(g, "ret", "settled", token,
+                              IDEM_OUTCOME_APPLIED, "{\"re\":2}", 8),
+            IDEM_OK);
+  CHECK_INT(idem_guard_resolve(g, "ret", "resolved", IDEM_OUTCOME_APPLIED,
+                               "{\"re\":3}", 8, NULL, "ops"),
+            IDEM_OK);
+  for (i = 0; i < 4; i++) idem_step_free(s[i]);
+  CHECK_INT(idem_guard_gc(g, &removed), IDEM_OK);
+  CHECK_INT((long long)removed, 0);
+  for (i = 0; i < 4; i++) {
+    idem_step *t = NULL;
+    size_t len;
+    c.call_id = ids[i];
+    c.args = args[i];
+    c.args_len = strlen(args[i]);
+    CHECK_INT(idem_guard_begin(g, &c, &t), IDEM_OK);
+    CHECK_INT(idem_step_next(t), IDEM_NEXT_ANSWER);
+    CHECK_INT(idem_step_answer(t), IDEM_ANSWER_SUCCEEDED);
+    HAS(idem_step_envelope(t, &len), "\"replayed\":true");
+    idem_step_free(t);
+  }
+  /* a retention after the last settlement, they go */
+  sleep_ms(1200);
+  CHECK_INT(idem_guard_gc(g, &removed), IDEM_OK);
+  CHECK_INT((long long)removed, 4);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* The attempt's result is recorded as late by its runner (the front end
+** was held up - a log that could not be reached - past the deadline) before
+** the front end's own finish: the front end's finish loses the race and
+** answers the record's outcome - its own call's, not a replay - and the
+** attempt counts once. */
+static void test_late_before_finish(void) {
+  idem_policy *p = policy(NOCHECK_POLICY);
+  idem_guard *g = open_guard(p), *runner = NULL;
+  idem_call c = {sizeof c, "lbf", "c1", "refund_payment", ARGS, strlen(ARGS),
+                 NULL, 0};
+  idem_step *s = NULL;
+  idem_record *r;
+  size_t len;
+  char url[4200];
+  snprintf(url, sizeof url, "%s", idem_guard_log(g));
+  CHECK_INT(idem_guard_open(url, p, &runner), IDEM_OK);
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_guard_late(runner, "lbf", "c1", idem_step_token(s),
+                            IDEM_OUTCOME_APPLIED, "{\"re\":1}", 8, NULL, 1),
+            IDEM_OK);
+  if ((r = record(g, "lbf", "c1")) != NULL) {
+    CHECK_INT(r->state, IDEM_STATE_SUCCEEDED);
+    CHECK_INT(r->attempts, 1);
+  }
+  idem_record_free(r);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_UNKNOWN, NULL, 0,
+                             "no answer within 300 ms"),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  HAS(idem_step_envelope(s, &len), "\"replayed\":false,\"attempts\":1,");
+  idem_step_free(s);
+  s = NULL;
+  /* asked again: now it is a replay */
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_SUCCEEDED);
+  HAS(idem_step_envelope(s, &len), "\"replayed\":true,\"attempts\":1,");
+  idem_step_free(s);
+  idem_guard_close(runner);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--die-mid-call") == 0)
     return die_mid_call(argv[2]);
@@ -1911,5 +2023,7 @@ int main(int argc, char **argv) {
   test_fence_by_text();
   test_fence_v0();
   test_undelivered();
+  test_retention_from_settlement();
+  test_late_before_finish();
   return check_done();
 }

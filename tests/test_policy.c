@@ -942,6 +942,36 @@ static void test_http(void) {
   idem_policy_free(p);
 }
 
+/* Warnings: a guarded tool's retention shorter than an attempt may take to
+** land (timeout_ms + settle_ms, 0 when unbounded), one line each, its
+** name as in messages; none for a tool not guarded or kept long enough. */
+static void test_retention_warnings(void) {
+  idem_policy *p = parse(
+      "{\"tools\": {\"a b\": {\"class\": \"guarded\", \"retention_s\": 2,"
+      " \"timeout_ms\": 1500, \"settle_ms\": 600},"
+      " \"c\": {\"class\": \"guarded\", \"retention_s\": 1,"
+      " \"timeout_ms\": 1001},"
+      " \"d\": {\"class\": \"guarded\", \"retention_s\": 1,"
+      " \"timeout_ms\": 1000},"
+      " \"e\": {\"class\": \"idempotent\", \"timeout_ms\": 90000}}}",
+      IDEM_OK);
+  CHECK_STR(idem_policy_warning(p, 0),
+            "tools[\"a b\"].retention_s: 2 s is shorter than timeout_ms + "
+            "settle_ms (2100 ms), the time an attempt may take to land: "
+            "a call retried after waiting that long may find its record "
+            "deleted by idem gc, and run again");
+  CHECK_STR(idem_policy_warning(p, 1),
+            "tools.c.retention_s: 1 s is shorter than timeout_ms + "
+            "settle_ms (1001 ms), the time an attempt may take to land: "
+            "a call retried after waiting that long may find its record "
+            "deleted by idem gc, and run again");
+  CHECK(idem_policy_warning(p, 2) == NULL);
+  idem_policy_free(p);
+  p = parse("{\"tools\": {}}", IDEM_OK);
+  CHECK(idem_policy_warning(p, 0) == NULL);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_policy CASES_DIR\n");
@@ -954,8 +984,9 @@ int main(int argc, char **argv) {
   test_many_tools();
   test_explain();
   test_misuse();
-  test_messages();
   test_warnings();
+  test_messages();
+  test_retention_warnings();
   test_files();
   test_alloc_failures();
   test_http();

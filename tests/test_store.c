@@ -26,6 +26,7 @@
 #define _DEFAULT_SOURCE /* setgroups */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <grp.h>
 #include <pthread.h>
@@ -1084,6 +1085,62 @@ static void conf_exec(const char *url) {
   st->vt->close(st);
 }
 
+/* The expiry of a record, -1 when there is none. */
+static long long expiry(idem__store *st, const char *session,
+                        const char *call) {
+  idem_record *got = NULL;
+  long long e = -1;
+  if (st->vt->get(st, session, call, &got) == IDEM_OK) e = got->expires;
+  idem_record_free(got);
+  return e;
+}
+
+/* A settling change carries the record's new expiry: its retention counts
+** from then (SPEC §5).  An expiry is never lowered, nor set on a record
+** kept forever. */
+static void conf_expiry(const char *url) {
+  idem__store *st = open_ok(url);
+  idem__change ch;
+  long long now;
+  size_t n = 99;
+  trec a;
+  int i;
+  if (!st) return;
+  now = store_now(st);
+  /* made 10 s ago with a 5 s retention: past it by creation */
+  for (i = 0; i < 3; i++) {
+    rec_init(&a, "cx", i == 0 ? "ran-long" : i == 1 ? "forever" : "earlier",
+             NULL, now - 10000);
+    a.r.expires = i == 1 ? 0 : now - 5000;
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  }
+  /* it finishes now */
+  ch = change_init("cx", "ran-long", BIT(IDEM_STATE_PENDING));
+  ch.state = IDEM_STATE_SUCCEEDED;
+  ch.expires = now + 5000;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  ch.call_id = "forever";
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  ch.call_id = "earlier";
+  ch.expires = now - 8000; /* earlier than it was: kept as it was */
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  /* a change that settles nothing keeps the expiry */
+  ch = change_init("cx", "ran-long", ALL_STATES);
+  ch.delivered = now;
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  CHECK_INT(expiry(st, "cx", "ran-long"), now + 5000);
+  CHECK_INT(expiry(st, "cx", "forever"), 0);
+  CHECK_INT(expiry(st, "cx", "earlier"), now - 5000);
+  /* a second later: only the one past its retention goes */
+  CHECK_INT(st->vt->gc(st, now + 1000, &n), IDEM_OK);
+  CHECK_INT(expiry(st, "cx", "ran-long"), now + 5000);
+  CHECK_INT(expiry(st, "cx", "earlier"), -1);
+  CHECK_INT(st->vt->gc(st, now + 6000, &n), IDEM_OK);
+  CHECK_INT(expiry(st, "cx", "ran-long"), -1);
+  CHECK_INT(expiry(st, "cx", "forever"), 0);
+  st->vt->close(st);
+}
+
 static void conformance(const char *url) {
   conf_begin(url);
   conf_fence(url);
@@ -1093,6 +1150,7 @@ static void conformance(const char *url) {
   conf_insert_get(url);
   conf_list(url);
   conf_gc_stats(url);
+  conf_expiry(url);
 }
 
 /* ---- records, names ------------------------------------------------------ */
@@ -1202,6 +1260,71 @@ static void test_urls(void) {
   }
   /* a relative path with a colon needs ./ */
   expect_open_fail("odd:name.db", IDEM_INVALID, "odd:name.db");
+}
+
+/* Entries in dir (not . and ..), -1 when it cannot be read. */
+static int entries(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  if (!d) return -1;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+/* A libpq keyword/value string is PostgreSQL, never a file: run in an
+** empty directory, each open fails (nothing listens on port 1) with a
+** message that hides the password, and the directory stays empty. */
+static void test_keyword_urls(void) {
+  static const struct {
+    const char *url;
+    int code;
+    const char *needle;
+  } cases[] = {
+      {"host=127.0.0.1 port=1 user=u password=secret dbname=idem "
+       "connect_timeout=2",
+       IDEM_STORE, "host=127.0.0.1 port=1 user=u ***"},
+      {"dbname = idem host=127.0.0.1 port=1 connect_timeout=2 "
+       "password='se cret'",
+       IDEM_STORE, "cannot connect"},
+      {"password=secret host=127.0.0.1 port=1", IDEM_STORE, "cannot connect"},
+      {"PASSWORD=secret", IDEM_INVALID, "not a PostgreSQL connection string"},
+      {"mydb password=secret", IDEM_INVALID,
+       "not a PostgreSQL connection string"},
+      {"sqlite:host=db password=secret", IDEM_INVALID,
+       "a PostgreSQL connection string, not a path"},
+  };
+  char dir[600], was[600];
+  size_t i;
+  path_in(dir, sizeof dir, "kw");
+  if (mkdir(dir, 0700) != 0 || !getcwd(was, sizeof was) || chdir(dir) != 0) {
+    CHECK(0);
+    return;
+  }
+  for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+    idem__store *st = NULL;
+    expect_open_fail(cases[i].url, cases[i].code, cases[i].needle);
+    CHECK_INT(idem__store_open(cases[i].url, &st), cases[i].code);
+    if (st) {
+      CHECK(strstr(st->vt->errmsg(st), "secret") == NULL);
+      CHECK(strstr(st->vt->errmsg(st), "se cret") == NULL);
+      st->vt->close(st);
+    }
+    if (entries(".") != 0) {
+      fprintf(stderr, "  %s: made a file here\n", cases[i].url);
+      check_failed++;
+    } else
+      check_passed++;
+  }
+  /* a file so named is written ./NAME */
+  {
+    idem__store *st = open_ok("./host=x.db");
+    if (st) st->vt->close(st);
+    CHECK_INT(entries("."), 1); /* the log (closed: no -wal, -shm) */
+  }
+  CHECK_INT(chdir(was), 0);
 }
 
 /* ---- concurrency ------------------------------------------------------------ */
@@ -2188,6 +2311,43 @@ static void test_wal_appends(void) {
   }
 }
 
+/* The fix-up of an existing log's mode takes the other users' bits from
+** the log itself, never from a file a symbolic link planted as its -wal or
+** -shm points to: that file keeps its mode. */
+static void test_mode_links(void) {
+  char p[700], link[720], victim[700], victim2[700], dir[600];
+  struct stat sb;
+  idem__store *st;
+  int fd;
+  mode_t old = umask(022);
+  snprintf(dir, sizeof dir, "%s/links", g_dir);
+  snprintf(p, sizeof p, "%s/attempts.db", dir);
+  snprintf(victim, sizeof victim, "%s/victim", g_dir);
+  snprintf(victim2, sizeof victim2, "%s/victim2", g_dir);
+  if ((st = open_ok(p)) != NULL) st->vt->close(st);
+  CHECK_INT(chmod(p, 0644), 0);
+  snprintf(link, sizeof link, "%s-wal", p);
+  unlink(link);
+  if ((fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0) close(fd);
+  CHECK_INT(chmod(victim, 0644), 0);
+  CHECK_INT(symlink(victim, link), 0);
+  snprintf(link, sizeof link, "%s-shm", p);
+  unlink(link);
+  if ((fd = open(victim2, O_WRONLY | O_CREAT | O_TRUNC, 0604)) >= 0) close(fd);
+  CHECK_INT(chmod(victim2, 0604), 0);
+  CHECK_INT(symlink(victim2, link), 0);
+  st = NULL;
+  (void)idem__store_open(p, &st); /* what SQLite makes of them: not ours */
+  if (st) st->vt->close(st);
+  CHECK_INT(stat(p, &sb), 0);
+  CHECK_INT(sb.st_mode & 0777, 0640);
+  CHECK_INT(stat(victim, &sb), 0);
+  CHECK_INT(sb.st_mode & 0777, 0644);
+  CHECK_INT(stat(victim2, &sb), 0);
+  CHECK_INT(sb.st_mode & 0777, 0604);
+  umask(old);
+}
+
 static void test_mode(void) {
   char p[700], dir[600];
   struct stat sb;
@@ -2212,6 +2372,7 @@ static void test_mode(void) {
     st->vt->close(st);
   }
   umask(old);
+  test_mode_links();
 }
 
 /* The get path is fast (SPEC §12: a replay answers in under 20 us). */
@@ -2356,6 +2517,54 @@ static void *open_thread(void *arg) {
 
 /* A versioned schema: a newer one and a foreign table refuse; openers
 ** racing on a new database migrate it once. */
+/* The test server named by a libpq keyword/value string (host=... port=...
+** user=... password=... dbname=...) is the same shared log as by its URL,
+** and no file is made where the program runs. */
+static void test_pg_keywords(void) {
+  PQconninfoOption *opts = PQconninfoParse(g_log, NULL), *o;
+  char kw[1200], dir[600], was[600];
+  size_t n = 0;
+  idem__store *a = NULL, *b = NULL;
+  idem_record *got = NULL;
+  trec r;
+  CHECK(opts != NULL);
+  if (!opts) return;
+  kw[0] = '\0';
+  for (o = opts; o->keyword; o++) {
+    const char *v;
+    if (!o->val || !*o->val || n + 2 * strlen(o->val) + 40 > sizeof kw)
+      continue;
+    n += (size_t)snprintf(kw + n, sizeof kw - n, "%s%s='", n ? " " : "",
+                          o->keyword);
+    for (v = o->val; *v; v++) {
+      if (*v == '\'' || *v == '\\') kw[n++] = '\\';
+      kw[n++] = *v;
+    }
+    kw[n++] = '\'';
+    kw[n] = '\0';
+  }
+  PQconninfoFree(opts);
+  CHECK(strstr(kw, "password='") != NULL && strstr(kw, "host='") != NULL);
+  path_in(dir, sizeof dir, "pgkw");
+  if (mkdir(dir, 0700) != 0 || !getcwd(was, sizeof was) || chdir(dir) != 0) {
+    CHECK(0);
+    return;
+  }
+  a = open_ok(kw);
+  b = open_ok(g_log);
+  if (a && b) {
+    CHECK_STR(a->vt->scheme, b->vt->scheme);
+    rec_init(&r, "kw", "toolu_kw", NULL, store_now(a));
+    BEGIN_EXPECT(a, &r, 0, IDEM__BEGIN_INSERTED);
+    CHECK_INT(b->vt->get(b, "kw", "toolu_kw", &got), IDEM_OK);
+    idem_record_free(got);
+  }
+  if (a) a->vt->close(a);
+  if (b) b->vt->close(b);
+  CHECK_INT(entries("."), 0);
+  CHECK_INT(chdir(was), 0);
+}
+
 static void test_pg_schema(void) {
   char url[900];
   pthread_t th[8];
@@ -2608,6 +2817,7 @@ int main(int argc, char **argv) {
     snprintf(url, sizeof url, "sqlite:%s/conformance.db", g_dir);
     conformance(url);
     test_urls();
+    test_keyword_urls();
     test_bad_files();
     test_migrate_v1();
     test_mode();
@@ -2626,6 +2836,7 @@ int main(int argc, char **argv) {
     /* what only a server has: its schema checks, its connections lost
     ** mid-call, a limit on them */
     test_pg_schema();
+    test_pg_keywords();
     test_pg_migrate_v1();
     test_pg_lost();
     test_pg_few_connections();

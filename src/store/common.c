@@ -1,7 +1,7 @@
 /*
 ** common.c - what the backends share, below the choice of one (store.c):
-** the failed store, the checks both make of what they are given, and a
-** URL as messages show it.
+** the failed store, the deadline of the caller's call, the checks both make
+** of what they are given, and a URL as messages show it.
 **
 ** Opening reports its failure through the store's own errmsg, so a store
 ** that could not be opened is still an object: a "failed store" whose
@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "idemInt.h"
 
@@ -105,6 +106,14 @@ int idem__store_fail(idem__store **out, int rc, const char *fmt, ...) {
   return rc;
 }
 
+/* ---- the caller's deadline ----------------------------------------------- */
+
+static _Thread_local long long tls_deadline;
+
+void idem__store_deadline_set(long long mono_ms) { tls_deadline = mono_ms; }
+
+long long idem__store_deadline(void) { return tls_deadline; }
+
 /* ---- checks both stores make ----------------------------------------------- */
 
 const char *idem__record_missing(const idem_record *rec) {
@@ -125,12 +134,19 @@ int idem__change_in_range(const idem__change *ch) {
          ch->exec_set >= 0 && ch->exec_set <= IDEM__EXEC_ENDED;
 }
 
+/* The first "password" in s, in any case, or NULL. */
+static const char *find_password(const char *s) {
+  for (; *s; s++)
+    if (strncasecmp(s, "password", 8) == 0) return s;
+  return NULL;
+}
+
 /* url for a message, with any user:password@ between "//" and the host
 ** hidden: a connection string may carry a password.  So may its query
-** string (?password=...): that part is cut off. */
+** string (?password=...) or a keyword/value string (password=...): that
+** part is cut off. */
 static const char *shown(const char *url, char *buf, size_t size) {
-  const char *auth = strstr(url, "//"), *at, *end,
-             *pw = strstr(url, "password");
+  const char *auth = strstr(url, "//"), *at, *end, *pw = find_password(url);
   size_t keep;
   if (!auth) {
     if (!pw) return url;

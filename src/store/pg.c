@@ -101,10 +101,14 @@
 ** written the row in between, the retry answers as if its request lost a
 ** race - FOUND or IDEM_STALE with the record as it is - which is what it
 ** would have seen after its own success and that later write; the guard
-** re-decides from it.)  When the server stays away longer, the call fails
-** IDEM_STORE ("connection lost"): the guard then makes no downstream call
-** (begin) or answers without claiming an outcome, and the record, if it
-** was written, is settled by reconciliation - never executed twice.
+** re-decides from it.)  When the server stays away longer - or past the
+** deadline of the call the caller is deciding (idem__store_deadline: a
+** step's store calls end by then, or IDEM__STORE_MIN_RETRY_MS after they
+** began when that is later, and a connection attempt waits no longer
+** either) - the call fails IDEM_STORE ("connection lost"): the guard then
+** makes no downstream call (begin) or answers without claiming an outcome,
+** and the record, if it was written, is settled by reconciliation - never
+** executed twice.
 **
 ** LIBPQ, LOADED ON FIRST USE
 **
@@ -353,8 +357,9 @@ static const char *const stmt_sql[N_STMTS] = {
     ** $17 $18, 2 clear, 3 ended without a verdict at $18), $19 a
     ** settle_from to lower to, or 0, $20 duplicate_of or NULL, $21 the
     ** owner the row must still have or NULL, $22 who gave an operator's
-    ** verdict or NULL (resolved_at: now).  The terminal clause is the
-    ** SQLite store's. */
+    ** verdict or NULL (resolved_at: now), $23 the expiry of a settling
+    ** change or 0 (never lowered).  The terminal clause is the SQLite
+    ** store's. */
     "UPDATE idem_attempts SET"
     " state = CASE WHEN $5::integer > 0 THEN $5::integer ELSE state END,"
     " attempts = attempts + $6::integer,"
@@ -378,6 +383,8 @@ static const char *const stmt_sql[N_STMTS] = {
     "  ELSE resolution END,"
     " delivered = CASE WHEN $13::bigint >= 0 THEN $13::bigint"
     "  ELSE delivered END,"
+    " expires = CASE WHEN expires > 0 AND $23::bigint > expires"
+    "  THEN $23::bigint ELSE expires END,"
     " updated = " NOW_MS ","
     " duplicate_of = coalesce($20::text, duplicate_of),"
     " resolved_by = coalesce($22::text, resolved_by),"
@@ -871,7 +878,14 @@ static int conn_open(pg_store *s, conn **out, int *retry, int prepare) {
     return msg_set(s, IDEM_NOMEM, "%s: out of memory", s->shown);
   }
   PQsetNoticeReceiver(c->db, quiet, NULL);
-  connect_wait(c->db, s->connect_ms);
+  {
+    /* a server gone silent is waited for no longer than the call may */
+    long long left = idem__store_deadline() - idem__mono_ms();
+    if (left < IDEM__STORE_MIN_RETRY_MS) left = IDEM__STORE_MIN_RETRY_MS;
+    connect_wait(c->db, idem__store_deadline() > 0 && left < s->connect_ms
+                            ? left
+                            : s->connect_ms);
+  }
   if (PQstatus(c->db) != CONNECTION_OK) {
     char text[MSG_MAX];
     pq_text(c->db, NULL, text, sizeof text);
@@ -978,14 +992,26 @@ static void conn_put(pg_store *s, conn *c) {
 ** Retrying.  A request is a function of a connection that returns IDEM_*
 ** and sets *again when it failed in a way that another connection may
 ** not (see classify).  run() gives it connections until it succeeds, fails
-** for good, or RETRY_MS have passed, sleeping 10, 20, 40 ... 1000 ms in
-** between.  Only requests that are safe to repeat go through run(): reads,
-** and writes that carry their nonce.
+** for good, or RETRY_MS have passed - or, sooner, the deadline of the call
+** the caller is deciding (idem__store_deadline; never less than
+** IDEM__STORE_MIN_RETRY_MS) - sleeping 10, 20, 40 ... 1000 ms in between.
+** Only requests that are safe to repeat go through run(): reads, and
+** writes that carry their nonce.
 */
 typedef int (*request_fn)(pg_store *s, conn *c, void *arg, int *again);
 
+/* When a request begun at start gives up retrying. */
+static long long retry_until(long long start) {
+  long long d = start + RETRY_MS, call = idem__store_deadline();
+  if (call > 0 && call < d)
+    d = call > start + IDEM__STORE_MIN_RETRY_MS
+            ? call
+            : start + IDEM__STORE_MIN_RETRY_MS;
+  return d;
+}
+
 static int run(pg_store *s, request_fn fn, void *arg) {
-  long long deadline = idem__mono_ms() + RETRY_MS;
+  long long start = idem__mono_ms(), deadline = retry_until(start);
   long wait = 10;
   int rc, again, tries = 0;
   conn *c;
@@ -1004,9 +1030,12 @@ static int run(pg_store *s, request_fn fn, void *arg) {
       char was[MSG_MAX];
       snprintf(was, sizeof was, "%s", tls_msg);
       return msg_set(s, IDEM_STORE,
-                     "connection lost, gave up after %d tries in %d s; the "
-                     "outcome of this request is unknown: %s",
-                     tries, RETRY_MS / 1000, was);
+                     "connection lost, gave up after %d tries in %.1f s%s; "
+                     "the outcome of this request is unknown: %s",
+                     tries, (double)(idem__mono_ms() - start) / 1000,
+                     deadline < start + RETRY_MS ? " (the call's deadline)"
+                                                 : "",
+                     was);
     }
     idem__sleep_ms(wait);
     wait = wait * 2 > 1000 ? 1000 : wait * 2;
@@ -1510,6 +1539,7 @@ static void change_params(params *p, const idem__change *ch,
   p_str(p, 20, ch->duplicate_of);
   p_str(p, 21, ch->expect_owner);
   p_str(p, 22, ch->resolved_by);
+  p_int(p, 23, ch->expires);
 }
 
 /* The change did not apply: why, with the record as it is now - or it did,

@@ -15,7 +15,8 @@
 ** it (the records hold tool arguments, and the -wal and -shm SQLite makes
 ** take the log's mode).  The group's bits stay: a log shared by a group is
 ** a setup, not a mistake.  A log of another owner is used as it is: its
-** mode is its owner's choice.  It is marked as ours by PRAGMA application_id
+** mode is its owner's choice.  So is a log, -wal or -shm that is a
+** symbolic link: the fix-up never follows one (close_file_to_others).  It is marked as ours by PRAGMA application_id
 ** = 0x6964656d ("idem") and versioned by PRAGMA user_version:
 **
 **   user_version 0, no objects        a new file: migrate to the latest
@@ -50,6 +51,8 @@
 **
 ** Columns hold exactly the fields of idem_record (times in ms since the
 ** epoch).  expires = 0 means "keep forever": gc never deletes such a record.
+** A settling change (idem__change.expires) moves expires later, never
+** earlier: a record's retention counts from its last settlement.
 ** The fence query walks attempts_fence newest first; idem recover's scans
 ** of pending and in-doubt records walk attempts_live, which holds only the
 ** live records (so finishing a call touches one small, hot index page, not
@@ -166,7 +169,7 @@
 ** every write with SQLITE_FULL while FILE exists: a full disk, for tests
 ** that run the idem command.
 */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_PATH */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -312,7 +315,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** ?18, 2 clear, 3 ended without a verdict at ?18), ?19 a settle_from
     ** to lower to, or 0, ?20 duplicate_of or NULL, ?21 the owner the
     ** record must still have or NULL, ?22 who gave an operator's verdict
-    ** or NULL (resolved_at is then now).  The last condition keeps terminal
+    ** or NULL (resolved_at is then now), ?23 the expiry of a settling
+    ** change or 0 (never lowered).  The last condition keeps terminal
     ** outcomes.  The record as it is then is read back by S_GET in the
     ** same transaction: RETURNING would hold its rows in an ephemeral
     ** table, a B-tree with its own pager and page cache made and torn down
@@ -338,6 +342,8 @@ static const char *const stmt_sql[N_STMTS] = {
     " error = coalesce(?11, error),"
     " resolution = CASE WHEN ?12 > 0 THEN ?12 ELSE resolution END,"
     " delivered = CASE WHEN ?13 >= 0 THEN ?13 ELSE delivered END,"
+    " expires = CASE WHEN expires > 0 AND ?23 > expires THEN ?23"
+    "  ELSE expires END,"
     " updated = ?14"
     " WHERE session = ?1 AND call_id = ?2 AND (?3 >> state) & 1"
     " AND (?4 < 0 OR token = ?4) AND (?21 IS NULL OR owner = ?21)"
@@ -858,6 +864,7 @@ static void w_change(sq_store *s, wreq *r) {
   bind_str(st, 20, ch->duplicate_of);
   bind_str(st, 21, ch->expect_owner);
   bind_str(st, 22, ch->resolved_by);
+  sqlite3_bind_int64(st, 23, ch->expires);
   rc = sqlite3_step(st);
   changed = rc == SQLITE_DONE && sqlite3_changes(s->w.db) > 0;
   sqlite3_reset(st);
@@ -1299,23 +1306,48 @@ static void sync_parent(const char *path) {
   }
 }
 
+/* Take other users' access away from the regular file at p when this
+** process owns it - never from what a symbolic link there points to (one
+** planted as a log's -wal or -shm in a directory others can write would
+** else have idem change a file of its choosing).  p is opened O_PATH |
+** O_NOFOLLOW, so a link is the link itself and is left alone; the checks
+** and the change are of that one file (fstat, then chmod through
+** /proc/self/fd, as glibc's fchmodat does: fchmod refuses an O_PATH
+** descriptor).  Never a descriptor opened for reading: closing one would
+** drop the POSIX locks SQLite holds on the file in this process; closing
+** an O_PATH one drops none.  Without O_PATH, lstat and chmod by path. */
+static void close_file_to_others(const char *p) {
+  struct stat sb;
+#ifdef O_PATH
+  char fdp[64];
+  int fd = open(p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+      (sb.st_mode & S_IRWXO)) {
+    snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", fd);
+    (void)chmod(fdp, sb.st_mode & 07770);
+  }
+  close(fd);
+#else
+  if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+      (sb.st_mode & S_IRWXO))
+    (void)chmod(p, sb.st_mode & 07770);
+#endif
+}
+
 /* Take other users' access away from the log and its -wal and -shm, those
 ** of them this process owns (THE FILE, above).  The log goes first: a -wal
-** or -shm SQLite creates meanwhile takes its mode.  By path, never by an
-** open and close: closing a descriptor of the log would drop the POSIX
-** locks SQLite holds on it in this process.  Best effort: a mode that
-** cannot be changed (a read-only file system) is left as it is. */
+** or -shm SQLite creates meanwhile takes its mode.  Best effort: a mode
+** that cannot be changed (a read-only file system, no /proc) is left as it
+** is. */
 static void close_to_others(const char *path) {
   static const char *const suffix[] = {"", "-wal", "-shm"};
   char p[PATH_MAX];
-  struct stat sb;
   size_t i;
   for (i = 0; i < sizeof suffix / sizeof *suffix; i++) {
     int k = snprintf(p, sizeof p, "%s%s", path, suffix[i]);
     if (k < 0 || (size_t)k >= sizeof p) return;
-    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
-        (sb.st_mode & S_IRWXO))
-      (void)chmod(p, sb.st_mode & 07770);
+    close_file_to_others(p);
   }
 }
 

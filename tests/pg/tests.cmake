@@ -1,7 +1,7 @@
 # The PostgreSQL store, on a real server that each test starts and removes
 # (tests/pg/with_server.sh): the store conformance suite (tests/test_store.c,
-# the same suite as the SQLite store's, given --log URL), and the guard through
-# processes (tests/pg/pg_test.sh).
+# the same suite as the SQLite store's, given --log URL), the guard through
+# processes (tests/pg/pg_test.sh), and a call during an outage (pg/outage.c).
 add_test(NAME store_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   sh -c "exec \"$0\" --log \"$IDEM_PG_URL\"" $<TARGET_FILE:test_store>)
 add_executable(race_guard pg/race_guard.c)
@@ -15,6 +15,11 @@ endif()
 add_test(NAME guard_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/pg_test.sh $<TARGET_FILE:idem>
   $<TARGET_FILE:race_guard> ${PG_RACE_ACTIONS})
+add_executable(outage_pg pg/outage.c)
+target_compile_options(outage_pg PRIVATE ${IDEM_WARNINGS})
+target_link_libraries(outage_pg PRIVATE idem_static)
+add_test(NAME outage_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  sh -c "exec \"$0\" \"$IDEM_PG_URL\"" $<TARGET_FILE:outage_pg>)
 add_test(NAME turns_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   sh -c "\"$0\" \"$IDEM_PG_URL\" threads 100 && \"$0\" \"$IDEM_PG_URL\" procs 20"
   $<TARGET_FILE:turn_race>)

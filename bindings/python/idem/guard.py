@@ -337,7 +337,8 @@ class _Handle:
 class Guard(_Handle):
     """A guard on an attempt log.
 
-    ``log`` is "sqlite:PATH", "postgres://..." or a plain path; None means
+    ``log`` is "sqlite:PATH", "postgres://...", a libpq keyword string
+    ("host=H user=U dbname=D") or a plain path; None means
     $IDEM_LOG, else $XDG_STATE_HOME/idem/attempts.db.  ``policy`` is a
     Policy, the path of a policy file, or None (every tool guarded with the
     defaults).  A guard is safe to share between threads; a Step belongs to
