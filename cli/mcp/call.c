@@ -35,6 +35,29 @@ void gw_gcall_free(gcall *c) {
   free(c);
 }
 
+void gw_hold(gw *w, gcall *c) {
+  c->out_end = w->cout_out + w->cout.len;
+  c->hnext = w->held;
+  w->held = c;
+}
+
+void gw_settle(gw *w, int at_end) {
+  gcall **pc = &w->held;
+  while (*pc) {
+    gcall *c = *pc;
+    int lost = w->cout_dead || (at_end && c->out_end > w->cout_out);
+    if (!lost && c->out_end > w->cout_out) {
+      pc = &c->hnext;
+      continue;
+    }
+    *pc = c->hnext;
+    if (lost && idem_step_undelivered(c->s) != IDEM_OK)
+      cli_err("undoing the delivery of %s/%s: %s; it counts as told",
+              c->session, c->call_id, idem_guard_errmsg(c->g));
+    gw_gcall_free(c);
+  }
+}
+
 static void run_job(gcall *c) {
   int rc = IDEM_OK;
   switch (c->job) {
@@ -438,6 +461,7 @@ void gw_job_done(gw *w, gcall *c) {
       gw_live_remove(w, c);
       if (hold) gw_hold(w, c);
       gw_flush(w);
+      gw_settle(w, 0);
       if (hold) return;
     }
     gw_gcall_free(c);

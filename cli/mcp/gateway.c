@@ -518,6 +518,7 @@ static int loop(gw *w) {
       w->grace_at = cli_mono_ms() + GRACE_MS;
     }
     gw_flush(w);
+    gw_settle(w, 0);
     if (w->child_done && w->sin_eof && !w->nlive && jobs_idle(w) &&
         (w->cout_dead || !w->cout.len))
       return 0;

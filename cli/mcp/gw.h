@@ -128,15 +128,14 @@ void gw_oom(void);
 /* Queue one whole message (or its pieces, in order) to a peer. */
 void gw_to_client(gw *w, const char *p, size_t n);
 void gw_to_server(gw *w, const char *p, size_t n);
-/* Write what both peers take now of what is queued for them; then settle
-** the held calls: an answer written whole stays told, one whose write
-** failed (the client is gone) is told no more. */
+/* Write what both peers take now of what is queued for them. */
 void gw_flush(gw *w);
-/* Hold c, answered and recorded told, until its answer (the last thing
-** queued for the client) is written. */
+/* (call.c) Hold c, answered and recorded told, until its answer (the last
+** thing queued for the client) is written. */
 void gw_hold(gw *w, gcall *c);
-/* Settle every held call; at_end: the gateway ends, and an answer not yet
-** written never will be. */
+/* (call.c) Settle the held calls after a flush: an answer written whole
+** stays told, one whose write failed (the client is gone) is told no more;
+** at_end: the gateway ends, and an answer not yet written never will be. */
 void gw_settle(gw *w, int at_end);
 /* Queue a JSON-RPC error response to the client (id is raw JSON text). */
 void gw_client_error(gw *w, const char *id, size_t idlen, int code,

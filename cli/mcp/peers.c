@@ -56,36 +56,12 @@ static int flush_fd(int fd, cli_outbuf *b, unsigned long long *done) {
   return 0;
 }
 
-void gw_hold(gw *w, gcall *c) {
-  c->out_end = w->cout_out + w->cout.len;
-  c->hnext = w->held;
-  w->held = c;
-}
-
-void gw_settle(gw *w, int at_end) {
-  gcall **pc = &w->held;
-  while (*pc) {
-    gcall *c = *pc;
-    int lost = w->cout_dead || (at_end && c->out_end > w->cout_out);
-    if (!lost && c->out_end > w->cout_out) {
-      pc = &c->hnext;
-      continue;
-    }
-    *pc = c->hnext;
-    if (lost && idem_step_undelivered(c->s) != IDEM_OK)
-      cli_err("undoing the delivery of %s/%s: %s; it counts as told",
-              c->session, c->call_id, idem_guard_errmsg(c->g));
-    gw_gcall_free(c);
-  }
-}
-
 void gw_flush(gw *w) {
   unsigned long long sent = 0;
   if (!w->cout_dead && w->cout.len && flush_fd(1, &w->cout, &w->cout_out)) {
     w->cout_dead = 1;
     w->cout.len = 0;
   }
-  if (w->held) gw_settle(w, 0);
   if (!w->sout_closed && w->sout.len && flush_fd(w->to_srv, &w->sout, &sent)) {
     w->sout_closed = 1;
     w->sout.len = 0;
