@@ -679,9 +679,10 @@ static int reconcile_own(idem_step *s, const idem_record *r) {
 
 /* ---- deciding ------------------------------------------------------------- */
 
-/* Wait for another owner, up to wait_ms from the first wait. */
+/* Wait for another owner, up to wait_ms from the first wait (a duration
+** of this process: the monotonic clock, which no step moves). */
 static int wait_or(idem_step *s, const char *whose) {
-  long long now = now_ms(s);
+  long long now = idem__mono_ms();
   if (!s->wait_until) s->wait_until = now + s->rule->wait_ms;
   if (now < s->wait_until) {
     s->phase = PH_WAIT;
@@ -798,13 +799,16 @@ static int decide_existing(idem_step *s, idem_record *r) {
 
 /* Was e issued in the same model turn as this call (SPEC §6.4)?  This
 ** call names its turn and e names the same; or it names none, and e began
-** within the tool's coalesce_ms before it (or after it: a racing call of
-** the same burst).  A harness that names turns names them all, so a call
-** that names one is in no unnamed turn. */
+** within the tool's coalesce_ms before it or after it (a racing call of
+** the same burst) - not further after it: a record from the "future" was
+** written before the clock stepped back, in another turn for all anyone
+** knows.  A harness that names turns names them all, so a call that names
+** one is in no unnamed turn. */
 static int same_turn(const idem_step *s, const idem_record *e) {
+  long long apart = e->created - s->started;
   if (s->turn) return e->turn && strcmp(s->turn, e->turn) == 0;
-  return s->rule->coalesce_ms > 0 &&
-         e->created >= s->started - s->rule->coalesce_ms;
+  return s->rule->coalesce_ms > 0 && apart >= -s->rule->coalesce_ms &&
+         apart <= s->rule->coalesce_ms;
 }
 
 /* Record this call as a duplicate of the earlier action e (succeeded) and

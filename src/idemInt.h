@@ -60,6 +60,12 @@ int idem__abi_out(void *dst, const void *src, size_t ssize, size_t min);
 struct timespec;
 /* Milliseconds since the epoch (CLOCK_REALTIME): what records carry. */
 long long idem__wall_ms(void);
+/* How far after now a time read from the log may lie and still be taken
+** as read on the clock now reads (a shared store's estimate of its
+** server's clock is off by half a round trip): further, the clock has
+** stepped back since it was written, and the time says nothing of which
+** came first (docs/FAILURES.md, "Clock steps"). */
+#define IDEM__CLOCK_SLACK_MS 1000
 /* Milliseconds of CLOCK_MONOTONIC: what waits and deadlines count in. */
 long long idem__mono_ms(void);
 /* Microseconds of CLOCK_MONOTONIC: short waits awake. */
@@ -293,10 +299,12 @@ typedef struct idem__store_vt {
   ** delivered, or delivered after rec->created - the new call was made
   ** before the model was told, as parallel calls of one turn are; in the
   ** same millisecond counts as after, for the answer is handed over only
-  ** once its delivery is recorded - or
+  ** once its delivery is recorded; a delivery more than
+  ** IDEM__CLOCK_SLACK_MS after now does not count, the clock stepped back
+  ** since - or
   ** created at or after now - repeat_window_ms, or of the same model turn:
   ** rec names it and it is the same, or rec names none and it was created
-  ** at or after rec->created - coalesce_ms (when > 0)), FENCED and
+  ** within coalesce_ms (when > 0) of rec->created, before or after), FENCED and
   ** *found = the newest such; else insert rec (state PENDING, token 1) and
   ** sync it to disk before returning INSERTED.
   */

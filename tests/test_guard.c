@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -24,6 +25,27 @@
 #include "idem.h"
 
 extern char **environ;
+
+/* ---- the wall clock, stepped --------------------------------------------- */
+
+/*
+** This program's clock_gettime() is the system's, with CLOCK_REALTIME moved
+** by clock_step_ms: what an NTP step or a VM resume does to every reading
+** of the wall clock (the library is linked in statically, so its readings
+** come here).  The monotonic clocks are left alone, as a step leaves them.
+*/
+static volatile long long clock_step_ms;
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+  long long ns;
+  if (syscall(SYS_clock_gettime, id, ts) != 0) return -1;
+  if (id != CLOCK_REALTIME || clock_step_ms == 0) return 0;
+  ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec +
+       clock_step_ms * 1000000LL;
+  ts->tv_sec = (time_t)(ns / 1000000000LL);
+  ts->tv_nsec = (long)(ns % 1000000000LL);
+  return 0;
+}
 
 /* ---- the provider ----------------------------------------------------------- */
 
@@ -260,16 +282,15 @@ static const char *ARGS = "{\"order_id\":\"ord_1\",\"amount_cents\":6000}";
 static int turn_no = 1;
 static void next_turn(void) { turn_no++; }
 
-static char *call(idem_guard *g, const char *session, const char *call_id,
-                  const char *tool, const char *args, int with_check,
-                  const char *want_status) {
-  char turn[32];
+/* As call(), in turn (NULL: none, the coalescing window decides). */
+static char *call_in(idem_guard *g, const char *session, const char *call_id,
+                     const char *tool, const char *args, int with_check,
+                     const char *turn, const char *want_status) {
   idem_call c = {sizeof c, session, call_id, tool, args, strlen(args), turn, 0};
   idem_tool t = {sizeof t, refund_run, with_check ? refund_check : NULL, NULL};
   char *env = NULL, want[64];
   size_t len;
   int rc;
-  snprintf(turn, sizeof turn, "turn_%d", turn_no);
   rc = idem_guard_call(g, &c, &t, &env, &len);
   if (rc != IDEM_OK) {
     fprintf(stderr, "idem_guard_call(%s): %s\n", call_id, idem_guard_errmsg(g));
@@ -283,6 +304,15 @@ static char *call(idem_guard *g, const char *session, const char *call_id,
   } else
     check_passed++;
   return env;
+}
+
+static char *call(idem_guard *g, const char *session, const char *call_id,
+                  const char *tool, const char *args, int with_check,
+                  const char *want_status) {
+  char turn[32];
+  snprintf(turn, sizeof turn, "turn_%d", turn_no);
+  return call_in(g, session, call_id, tool, args, with_check, turn,
+                 want_status);
 }
 
 #define HAS(env, s) CHECK((env) && strstr((env), (s)) != NULL)
@@ -1808,11 +1838,82 @@ static void test_fence_v0(void) {
   idem_policy_free(p);
 }
 
+/* ---- clock steps -------------------------------------------------------- */
+
+/* Guard one refund that names no turn (the coalescing window decides). */
+static char *call_unnamed(idem_guard *g, const char *session,
+                          const char *call_id, const char *want_status) {
+  return call_in(g, session, call_id, "refund_payment", ARGS, 1, NULL,
+                 want_status);
+}
+
+/* The wall clock steps back an hour (an NTP step, a VM resume) between a
+** refund that was told and a new decision made 2 s later: the new one is
+** carried out - the told refund, an hour in the "future" now, is not of its
+** turn, and its delivery is not after the new call was made.  A burst
+** after the step still coalesces.  And a wait for an action in flight
+** lasts wait_ms whatever the wall clock does meanwhile. */
+static void test_clock_step(void) {
+  idem_policy *p = policy(REFUND_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_call c1 = {sizeof c1, "ck2",        "c1", "refund_payment",
+                  ARGS,      strlen(ARGS), NULL, 0};
+  idem_call c2 = {sizeof c2, "ck2",        "c2", "refund_payment",
+                  ARGS,      strlen(ARGS), NULL, 0};
+  idem_step *s1 = NULL, *s2 = NULL;
+  long long until;
+  char *e;
+
+  provider_reset(MODE_OK, 0);
+  clock_step_ms = 0;
+  e = call_unnamed(g, "ck1", "c1", "succeeded");
+  free(e);
+  CHECK_INT(applied(), 1);
+  clock_step_ms = -3600000 + 2000; /* back an hour, then 2 s pass */
+  e = call_unnamed(g, "ck1", "c2", "succeeded");
+  HASNT(e, "this turn");
+  free(e);
+  CHECK_INT(applied(), 2);
+  /* the same refund again at once: one turn with c2, coalesced */
+  e = call_unnamed(g, "ck1", "c3", "already_applied");
+  HAS(e, "\"duplicate_of\":\"c2\"");
+  free(e);
+  CHECK_INT(applied(), 2);
+
+  /* c1 in flight; c2 waits for it (wait_ms 2000) while the clock steps
+  ** back an hour: the wait still ends after about 2 s, in_progress */
+  clock_step_ms = 0;
+  CHECK_INT(idem_guard_begin(g, &c1, &s1), IDEM_OK);
+  CHECK_INT(idem_step_next(s1), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_guard_begin(g, &c2, &s2), IDEM_OK);
+  CHECK_INT(idem_step_next(s2), IDEM_NEXT_WAIT);
+  clock_step_ms = -3600000;
+  until = mono_ms() + 10000;
+  while (idem_step_next(s2) == IDEM_NEXT_WAIT && mono_ms() < until) {
+    sleep_ms(25);
+    CHECK_INT(idem_step_poll(s2), IDEM_OK);
+  }
+  CHECK_INT(idem_step_next(s2), IDEM_NEXT_ANSWER);
+  CHECK_INT(idem_step_answer(s2), IDEM_ANSWER_IN_PROGRESS);
+  CHECK(mono_ms() < until - 5000);
+  idem_step_free(s2);
+  CHECK_INT(idem_step_finish(s1, IDEM_OUTCOME_APPLIED, "{}", 2, NULL), IDEM_OK);
+  idem_step_free(s1);
+  clock_step_ms = 0;
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--die-mid-call") == 0)
     return die_mid_call(argv[2]);
+  if (argc == 3 && strcmp(argv[2], "clock") == 0) {
+    dir = argv[1];
+    test_clock_step();
+    return check_done();
+  }
   if (argc != 2) {
-    fprintf(stderr, "usage: test_guard DIR\n");
+    fprintf(stderr, "usage: test_guard DIR [clock]\n");
     return 2;
   }
   dir = argv[1];

@@ -268,6 +268,10 @@ static const char *const migrations[] = {
 
 /* The server's clock in ms since the epoch. */
 #define NOW_MS "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+/* IDEM__CLOCK_SLACK_MS, in the SQL text */
+#define SLACK_TEXT(ms) #ms
+#define SLACK_OF(ms) SLACK_TEXT(ms)
+#define SLACK SLACK_OF(IDEM__CLOCK_SLACK_MS)
 
 /*
 ** The parameters of begin and insert ($1 .. $28): the record's columns
@@ -322,13 +326,13 @@ static const char *const stmt_sql[N_STMTS] = {
     "  WHERE $7::text IS NOT NULL AND fence_key = $7::text"
     "  AND NOT (session = $1::text AND call_id = $2::text) AND state <> 6"
     "  AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    "   OR delivered > CASE WHEN $16::bigint > 0 THEN $16::bigint"
-    "    ELSE t.now END"
+    "   OR (delivered > CASE WHEN $16::bigint > 0 THEN $16::bigint"
+    "    ELSE t.now END AND delivered <= t.now + " SLACK ")"
     "   OR ($25::bigint > 0 AND created >= t.now - $25::bigint)"
     "   OR turn = $27::text"
     "   OR ($28::bigint > 0 AND $27::text IS NULL"
-    "    AND created >= CASE WHEN $16::bigint > 0 THEN $16::bigint"
-    "     ELSE t.now END - $28::bigint))))"
+    "    AND abs(created - CASE WHEN $16::bigint > 0 THEN $16::bigint"
+    "     ELSE t.now END) <= $28::bigint))))"
     "  AND NOT EXISTS (SELECT 1 FROM found)"
     "  ORDER BY created DESC, session DESC, call_id DESC LIMIT 1),"
     " ins AS (INSERT INTO idem_attempts (" COLS_WRITTEN ", nonce)"
@@ -405,11 +409,11 @@ static const char *const stmt_sql[N_STMTS] = {
     " (SELECT " NOW_MS " AS now) t WHERE fence_key = $1::text"
     " AND NOT (session = $2::text AND call_id = $3::text) AND state <> 6"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    "  OR delivered > $4::bigint"
+    "  OR (delivered > $4::bigint AND delivered <= t.now + " SLACK ")"
     "  OR ($5::bigint > 0 AND created >= t.now - $5::bigint)"
     "  OR turn = $6::text"
     "  OR ($7::bigint > 0 AND $6::text IS NULL"
-    "   AND created >= $4::bigint - $7::bigint))))"
+    "   AND abs(created - $4::bigint) <= $7::bigint))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
 };
 

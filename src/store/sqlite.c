@@ -290,15 +290,18 @@ static const char *const stmt_sql[N_STMTS] = {
     ** made - an outcome delivered after that was not known to the model
     ** when it made the call (parallel calls of one turn).  Delivered in
     ** the same millisecond counts as known: a delivery is recorded before
-    ** the answer is handed over (idem_step_delivered).  ?6 is the new
-    ** call's turn (NULL: none), ?7 when the coalescing window before it
-    ** opened (a time after everything when there is none): a call that
-    ** names no turn shares one with those that began within the window. */
+    ** the answer is handed over (idem_step_delivered); one after ?9 (now,
+    ** and the slack of IDEM__CLOCK_SLACK_MS) was read before the clock
+    ** stepped back, and says nothing of that.  ?6 is the new call's turn
+    ** (NULL: none), ?7 and ?8 when the coalescing window around it opens
+    ** and closes (?7 a time after everything when there is none): a call
+    ** that names no turn shares one with those that began within the
+    ** window, before it or after it. */
     "SELECT " COLS " FROM attempts WHERE fence_key = ?1"
     " AND NOT (session = ?2 AND call_id = ?3) AND state <> 6"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    " OR delivered > ?5 OR created >= ?4 OR turn = ?6"
-    " OR (?6 IS NULL AND created >= ?7))))"
+    " OR (delivered > ?5 AND delivered <= ?9) OR created >= ?4 OR turn = ?6"
+    " OR (?6 IS NULL AND created >= ?7 AND created <= ?8))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
     "INSERT INTO attempts (" COLS_WRITTEN ") VALUES (?1, ?2, ?3, ?4, ?5,"
     " ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,"
@@ -642,6 +645,8 @@ static void bind_fence(sqlite3_stmt *st, const idem_record *rec,
   sqlite3_bind_int64(st, 5, made);
   bind_str(st, 6, rec->turn);
   sqlite3_bind_int64(st, 7, coalesce > 0 ? made - coalesce : LLONG_MAX);
+  sqlite3_bind_int64(st, 8, made + (coalesce > 0 ? coalesce : 0));
+  sqlite3_bind_int64(st, 9, now + IDEM__CLOCK_SLACK_MS);
 }
 
 /* ---- connections ----------------------------------------------------------- */
