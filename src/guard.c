@@ -14,15 +14,20 @@
 **              (bounded by wait_ms, then in_progress).  pending with a dead
 **              owner or an expired lease, or in_doubt -> take the lease
 **              over (the token grows) and RECONCILE.  not_applied -> the
-**              fence first (a later call that repeated it and went ahead
-**              decides, as FENCE), else take over durably and EXECUTE
-**              again with the same key.
-**   FENCE      the earlier action is succeeded and not yet told -> record
-**              this call deduplicated, answer already_applied.  In flight
+**              call it was handed to decides, as FENCE (duplicate_of: the
+**              call that fenced it, or that released it and went ahead),
+**              else the fence as of its first issue, else take over
+**              durably and EXECUTE again with the same key.
+**   FENCE      the earlier action is succeeded and not yet told, or is a
+**              call of this turn that succeeded or was answered
+**              already_applied -> record this call deduplicated (of the
+**              call that ran), answer already_applied.  In flight
 **              -> WAIT, then look again.  In doubt -> take it over and
 **              CHECK it; applied -> already_applied; not applied and none
-**              of its attempts can still land -> release it and begin this
-**              call; else outcome_unknown naming it (and this call is
+**              of its attempts can still land -> release it to this call
+**              (it names this call) and begin this call: if this call goes
+**              ahead, it carries that action out; else outcome_unknown
+**              naming it (and this call is
 **              recorded not_applied, fenced by it).
 **   EXECUTE    the caller calls downstream and reports the outcome: applied
 **              -> succeeded; rejected -> failed; not applied -> retry with
@@ -722,6 +727,44 @@ static int recoverable(const idem_record *r, long long now) {
          (r->state == IDEM_STATE_PENDING && !holder_live_at(r, now));
 }
 
+/* The call a not_applied action r was handed to, when it went ahead: r
+** names it in duplicate_of - the call that fenced it (r was held back,
+** note_fenced), or the call that found it not applied and released it.
+** That call decides for r while it is in flight, in doubt or succeeded;
+** released in turn, the call it was released to does, a few links on.  A
+** call that did not go ahead (answered already_applied by another, or
+** never begun) was handed nothing.  *out: that record, or NULL. */
+static int handed_to(idem_step *s, const idem_record *r, idem_record **out) {
+  idem_record *x = NULL, *prev = NULL;
+  const char *link = r->duplicate_of;
+  int hops, rc = IDEM_OK;
+  *out = NULL;
+  for (hops = 0; link && hops < 4; hops++) {
+    if (strcmp(link, s->call_id) == 0) break; /* back to this call */
+    rc = s->g->st->vt->get(s->g->st, r->session, link, &x);
+    if (rc != IDEM_OK) {
+      rc = rc == IDEM_NOTFOUND ? IDEM_OK : store_fail(s->g, rc);
+      break;
+    }
+    if (!x->fence_key || !r->fence_key || strcmp(x->fence_key, r->fence_key))
+      break; /* another action under that call id (another scope) */
+    if (x->state == IDEM_STATE_PENDING || x->state == IDEM_STATE_IN_DOUBT ||
+        x->state == IDEM_STATE_SUCCEEDED) {
+      *out = x;
+      x = NULL;
+      break;
+    }
+    if (x->state != IDEM_STATE_NOT_APPLIED) break;
+    idem_record_free(prev);
+    prev = x; /* link points into it */
+    x = NULL;
+    link = prev->duplicate_of;
+  }
+  idem_record_free(x);
+  idem_record_free(prev);
+  return rc;
+}
+
 static int decide_existing(idem_step *s, idem_record *r) {
   idem_record *now = NULL;
   int rc;
@@ -760,7 +803,15 @@ static int decide_existing(idem_step *s, idem_record *r) {
     /* before it runs again: did a later call carry the action out, or
     ** is one at it?  (The model re-issued it while it was in doubt, the
     ** re-issue found it not applied and went ahead; then this call was
-    ** replayed.)  Then that one decides, as the fence does for a new call */
+    ** replayed.)  Then that one decides, as the fence does for a new call:
+    ** the call it was handed to, else the fence as of its first issue */
+    if (r->duplicate_of) {
+      idem_record *x = NULL;
+      if ((rc = handed_to(s, r, &x)) != IDEM_OK || x) {
+        idem_record_free(r);
+        return rc ? rc : decide_fenced(s, x);
+      }
+    }
     if (r->fence_key) {
       idem_record *e = NULL;
       char *recorded = r->fence_key;
@@ -811,13 +862,17 @@ static int same_turn(const idem_step *s, const idem_record *e) {
          apart <= s->rule->coalesce_ms;
 }
 
-/* Record this call as a duplicate of the earlier action e (succeeded) and
-** answer already_applied. */
+/* Record this call as a duplicate of the earlier action e (succeeded, or
+** a call of this turn answered already_applied: a duplicate of the call
+** that ran) and answer already_applied. */
 static int deduplicate(idem_step *s, const idem_record *e) {
   idem_record rec, *found = NULL;
   idem__change ch;
   long long now = now_ms(s);
   int what = 0, rc;
+  const char *ran = e->state == IDEM_STATE_DEDUPLICATED && e->duplicate_of
+                        ? e->duplicate_of
+                        : e->call_id;
   fill_record(s, &rec, now);
   rec.state = IDEM_STATE_DEDUPLICATED;
   rec.owner = NULL;
@@ -825,7 +880,7 @@ static int deduplicate(idem_step *s, const idem_record *e) {
   rec.result = e->result;
   rec.resolution = IDEM_RESOLVED_REPLAYED;
   rec.delivered = now;
-  rec.duplicate_of = e->call_id;
+  rec.duplicate_of = (char *)(uintptr_t)ran;
   rc = s->g->st->vt->insert(s->g->st, &rec, &what, &found);
   if (rc) return store_fail(s->g, rc);
   if (what == IDEM__BEGIN_FOUND && found->state == IDEM_STATE_NOT_APPLIED &&
@@ -838,7 +893,7 @@ static int deduplicate(idem_step *s, const idem_record *e) {
     ch.state = IDEM_STATE_DEDUPLICATED;
     ch.result = e->result;
     ch.resolution = IDEM_RESOLVED_REPLAYED;
-    ch.duplicate_of = e->call_id;
+    ch.duplicate_of = ran;
     ch.delivered = now;
     ch.exec_set = IDEM__EXEC_CLEAR;
     {
@@ -852,27 +907,38 @@ static int deduplicate(idem_step *s, const idem_record *e) {
     if (rc) return store_fail(s->g, rc);
   } else if (what == IDEM__BEGIN_FOUND)
     return decide_existing(s, found);
-  /* the model is about to be told: the earlier action fences no more */
-  change_init(s, &ch, e);
-  ch.from = ALL_STATES;
-  ch.delivered = now;
-  rc = s->g->st->vt->change(s->g->st, &ch, NULL);
-  if (rc && rc != IDEM_STALE) return store_fail(s->g, rc);
+  /* the model is about to be told: the earlier action fences no more.
+  ** When it was told before, that first delivery stays: a later one would
+  ** say the model learnt of it after calls it made knowing it */
+  if (!e->delivered) {
+    change_init(s, &ch, e);
+    ch.from = ALL_STATES;
+    ch.delivered = now;
+    rc = s->g->st->vt->change(s->g->st, &ch, NULL);
+    if (rc && rc != IDEM_STALE) return store_fail(s->g, rc);
+  }
   s->told = 1; /* both records say so already */
+  if (e->state == IDEM_STATE_DEDUPLICATED && same_turn(s, e))
+    return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
+                  ran,
+                  "The same %s call was already made in this turn (call id "
+                  "%s); it had been carried out by call %s, whose result is "
+                  "included. This one was not run, so nothing was done "
+                  "twice. Do not call %s again for this.",
+                  s->tool, e->call_id, ran, s->tool);
   if (same_turn(s, e))
     return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
-                  e->call_id,
+                  ran,
                   "The same %s call was already made in this turn (call id "
                   "%s) and it went through; its result is included. This "
                   "one was not run, so nothing was done twice. Do not call "
                   "%s again for this.",
-                  s->tool, e->call_id, s->tool);
-  return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
-                e->call_id,
+                  s->tool, ran, s->tool);
+  return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result, ran,
                 "This %s action was already carried out by call %s, so it "
                 "was not repeated; its result is included. Do not call it "
                 "again for the same purpose.",
-                s->tool, e->call_id);
+                s->tool, ran);
 }
 
 /* The earlier action e fences this call. */
@@ -881,6 +947,7 @@ static int decide_fenced(idem_step *s, idem_record *e) {
   int rc;
   switch (e->state) {
   case IDEM_STATE_SUCCEEDED:
+  case IDEM_STATE_DEDUPLICATED: /* a call of this turn, answered so */
     rc = deduplicate(s, e);
     idem_record_free(e);
     return rc;
@@ -1855,6 +1922,9 @@ int idem_step_resolve(idem_step *s, int outcome, const char *result,
   } else {
     ch.state = IDEM_STATE_NOT_APPLIED;
     ch.resolution = IDEM_RESOLVED_RECONCILED;
+    /* the earlier action is released to this call: if this call goes
+    ** ahead, it carries that action out (handed_to) */
+    if (e) ch.duplicate_of = s->call_id;
   }
   now = apply(s, &ch, &rc);
   idem__free(res);

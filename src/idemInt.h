@@ -294,17 +294,17 @@ typedef struct idem__store_vt {
   int (*now)(idem__store *st, long long *ms);
   /*
   ** Atomically: if (rec->session, rec->call_id) exists, FOUND and *found;
-  ** else if rec->fence_key is set and another action with that fence_key,
-  ** not DEDUPLICATED, is PENDING or IN_DOUBT, or SUCCEEDED and (not
+  ** else if rec->fence_key is set and another action with that fence_key
+  ** is PENDING or IN_DOUBT, or SUCCEEDED and (not
   ** delivered, or delivered after rec->created - the new call was made
   ** before the model was told, as parallel calls of one turn are; in the
   ** same millisecond counts as after, for the answer is handed over only
   ** once its delivery is recorded; a delivery more than
   ** IDEM__CLOCK_SLACK_MS after now does not count, the clock stepped back
-  ** since - or
-  ** created at or after now - repeat_window_ms, or of the same model turn:
-  ** rec names it and it is the same, or rec names none and it was created
-  ** within coalesce_ms (when > 0) of rec->created, before or after), FENCED and
+  ** since - or created at or after now - repeat_window_ms), or SUCCEEDED
+  ** or DEDUPLICATED and of the same model turn (rec names it and it is the
+  ** same, or rec names none and it was created within coalesce_ms, when
+  ** > 0, of rec->created, before or after), FENCED and
   ** *found = the newest such; else insert rec (state PENDING, token 1) and
   ** sync it to disk before returning INSERTED.
   */

@@ -296,11 +296,13 @@ static const char *const stmt_sql[N_STMTS] = {
     ** (NULL: none), ?7 and ?8 when the coalescing window around it opens
     ** and closes (?7 a time after everything when there is none): a call
     ** that names no turn shares one with those that began within the
-    ** window, before it or after it. */
+    ** window, before it or after it.  A call of its turn answered
+    ** already_applied (state 6) fences it as the call that ran would. */
     "SELECT " COLS " FROM attempts WHERE fence_key = ?1"
-    " AND NOT (session = ?2 AND call_id = ?3) AND state <> 6"
+    " AND NOT (session = ?2 AND call_id = ?3)"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    " OR (delivered > ?5 AND delivered <= ?9) OR created >= ?4 OR turn = ?6"
+    " OR (delivered > ?5 AND delivered <= ?9) OR created >= ?4))"
+    " OR (state IN (2, 6) AND (turn = ?6"
     " OR (?6 IS NULL AND created >= ?7 AND created <= ?8))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
     "INSERT INTO attempts (" COLS_WRITTEN ") VALUES (?1, ?2, ?3, ?4, ?5,"
