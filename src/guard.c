@@ -607,6 +607,8 @@ static void lease_change(idem_step *s, idem__change *ch, const idem_record *r,
   if (r->state == IDEM_STATE_PENDING) ch->expect_owner = r->owner;
   if (state == IDEM_STATE_PENDING)
     new_attempt(s, ch, 0); /* we execute next: nothing can land */
+  if (state == IDEM_STATE_PENDING && r->state == IDEM_STATE_NOT_APPLIED)
+    ch->duplicate_of = ""; /* it runs itself: it names no one (handed_to) */
   else if (r->executor && !executor_live(r, now))
     ch->settle_cap = now; /* its executor's death is seen now (§6a) */
 }
@@ -727,20 +729,42 @@ static int recoverable(const idem_record *r, long long now) {
          (r->state == IDEM_STATE_PENDING && !holder_live_at(r, now));
 }
 
-/* The call a not_applied action r was handed to, when it went ahead: r
-** names it in duplicate_of - the call that fenced it (r was held back,
-** note_fenced), or the call that found it not applied and released it.
-** That call decides for r while it is in flight, in doubt or succeeded;
-** released in turn, the call it was released to does, a few links on.  A
-** call that did not go ahead (answered already_applied by another, or
-** never begun) was handed nothing.  *out: that record, or NULL. */
-static int handed_to(idem_step *s, const idem_record *r, idem_record **out) {
+/* Who carries out a not_applied action r, by the calls it names
+** (duplicate_of): the call that held it back (note_fenced: that call's
+** fate is r's, wherever it leads), or the call that released it (a
+** release hands the action only to a call that goes ahead).
+**   HANDED_TO    *out, a call that went ahead: in flight, in doubt or
+**                succeeded - it decides, as the fence does;
+**   HANDED_NONE  no one: the decision ended without an effect (rejected,
+**                told not applied), or its release went to a call that
+**                did not go ahead - r runs again, with its own key;
+**   HANDED_UNKNOWN  the names lead to no record of this session, or to
+**                an action not applied that was never told: the fence as
+**                of r's first issue decides (a re-issue may have gone
+**                ahead unfenced). */
+enum { HANDED_UNKNOWN, HANDED_TO, HANDED_NONE };
+
+static int released(const idem_record *r) {
+  return r->state == IDEM_STATE_NOT_APPLIED &&
+         r->resolution == IDEM_RESOLVED_RECONCILED;
+}
+
+static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
+                     int *how) {
   idem_record *x = NULL, *prev = NULL;
   const char *link = r->duplicate_of;
-  int hops, rc = IDEM_OK;
+  int hops, rc = IDEM_OK, by_release = released(r), told = r->delivered != 0;
   *out = NULL;
-  for (hops = 0; link && hops < 4; hops++) {
-    if (strcmp(link, s->call_id) == 0) break; /* back to this call */
+  *how = HANDED_UNKNOWN;
+  for (hops = 0; hops < 8; hops++) {
+    if (!link || !*link) {
+      *how = told ? HANDED_NONE : HANDED_UNKNOWN;
+      break;
+    }
+    if (strcmp(link, s->call_id) == 0) { /* back to this call */
+      *how = HANDED_NONE;
+      break;
+    }
     rc = s->g->st->vt->get(s->g->st, r->session, link, &x);
     if (rc != IDEM_OK) {
       rc = rc == IDEM_NOTFOUND ? IDEM_OK : store_fail(s->g, rc);
@@ -752,9 +776,18 @@ static int handed_to(idem_step *s, const idem_record *r, idem_record **out) {
         x->state == IDEM_STATE_SUCCEEDED) {
       *out = x;
       x = NULL;
+      *how = HANDED_TO;
       break;
     }
-    if (x->state != IDEM_STATE_NOT_APPLIED) break;
+    if (x->state == IDEM_STATE_FAILED ||
+        (x->state == IDEM_STATE_DEDUPLICATED && by_release)) {
+      *how = HANDED_NONE;
+      break;
+    }
+    /* deduplicated: the call that ran carried it out; not applied: its
+    ** own names go on */
+    by_release = released(x);
+    told = x->delivered != 0 && x->state == IDEM_STATE_NOT_APPLIED;
     idem_record_free(prev);
     prev = x; /* link points into it */
     x = NULL;
@@ -767,7 +800,7 @@ static int handed_to(idem_step *s, const idem_record *r, idem_record **out) {
 
 static int decide_existing(idem_step *s, idem_record *r) {
   idem_record *now = NULL;
-  int rc;
+  int rc, how = HANDED_UNKNOWN;
   if (strcmp(r->fingerprint, s->fingerprint) != 0) {
     idem_record_free(r);
     return answer(s, IDEM_ANSWER_CONFLICT, 0, 0, NULL, NULL,
@@ -805,27 +838,37 @@ static int decide_existing(idem_step *s, idem_record *r) {
     ** re-issue found it not applied and went ahead; then this call was
     ** replayed.)  Then that one decides, as the fence does for a new call:
     ** the call it was handed to, else the fence as of its first issue */
-    if (r->duplicate_of) {
+    {
       idem_record *x = NULL;
-      if ((rc = handed_to(s, r, &x)) != IDEM_OK || x) {
+      if ((rc = handed_to(s, r, &x, &how)) != IDEM_OK || x) {
         idem_record_free(r);
         return rc ? rc : decide_fenced(s, x);
       }
     }
+    /* handed to no one, its own turn still holds it: an identical call of
+    ** its turn that was carried out is its decision */
     if (r->fence_key) {
       idem_record *e = NULL;
       char *recorded = r->fence_key;
-      rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
-                               s->rule->coalesce_ms, &e);
-      if (rc == IDEM_NOTFOUND && s->fence_key &&
-          strcmp(recorded, s->fence_key) != 0) {
-        /* recorded under an earlier idem's key (make_fence_key): the call
-        ** that went ahead since has today's */
-        r->fence_key = s->fence_key;
-        rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
-                                 s->rule->coalesce_ms, &e);
+      int turn_only = 1;
+      /* its turn first; then, unless it was handed to no one, the fence */
+      for (rc = IDEM_NOTFOUND; rc == IDEM_NOTFOUND && turn_only >= 0 &&
+                               (turn_only || how != HANDED_NONE);
+           turn_only--) {
         r->fence_key = recorded;
+        rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
+                                 s->rule->coalesce_ms, turn_only, &e);
+        if (rc == IDEM_NOTFOUND && s->fence_key &&
+            strcmp(recorded, s->fence_key) != 0) {
+          /* recorded under an earlier idem's key (make_fence_key): the
+          ** call that went ahead since has today's */
+          r->fence_key = s->fence_key;
+          rc = s->g->st->vt->fence(s->g->st, r,
+                                   s->rule->repeat_window_s * 1000,
+                                   s->rule->coalesce_ms, turn_only, &e);
+        }
       }
+      r->fence_key = recorded;
       if (rc == IDEM_OK) {
         idem_record_free(r);
         return decide_fenced(s, e);
@@ -951,6 +994,14 @@ static int decide_fenced(idem_step *s, idem_record *e) {
     rc = deduplicate(s, e);
     idem_record_free(e);
     return rc;
+  case IDEM_STATE_NOT_APPLIED: { /* of this turn: who carries it out */
+    idem_record *x = NULL;
+    int how;
+    rc = handed_to(s, e, &x, &how);
+    idem_record_free(e);
+    if (rc) return rc;
+    return x ? decide_fenced(s, x) : lost_race(s, NULL); /* it changed */
+  }
   case IDEM_STATE_PENDING:
     if (holder_live(s, e)) {
       char who[256];
@@ -991,7 +1042,7 @@ static int decide(idem_step *s) {
     if (!s->fence_v0[i]) continue;
     rec.fence_key = s->fence_v0[i];
     rc = st->vt->fence(st, &rec, s->rule->repeat_window_s * 1000,
-                       s->rule->coalesce_ms, &r);
+                       s->rule->coalesce_ms, 0, &r);
     if (rc == IDEM_OK) return decide_fenced(s, r);
     if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
   }

@@ -319,10 +319,11 @@ typedef struct idem__store_vt {
              idem_record **out); /* IDEM_NOTFOUND */
   /* The action that fences rec, by begin's rule, when rec exists already
   ** (an action about to run again must not repeat one that a later call
-  ** carried out): *found, or IDEM_NOTFOUND. */
+  ** carried out): *found, or IDEM_NOTFOUND.  turn_only: only an action of
+  ** rec's turn. */
   int (*fence)(idem__store *st, const idem_record *rec,
                long long repeat_window_ms, long long coalesce_ms,
-               idem_record **found);
+               int turn_only, idem_record **found);
   /* Apply ch if its condition holds: IDEM_OK and *now the record after it;
   ** IDEM_STALE and *now the record as it is; IDEM_NOTFOUND.  now may be
   ** NULL. */
