@@ -33,7 +33,7 @@
 ** A failing walk is shrunk (steps dropped while it still fails, then
 ** replayed on a fresh log) and printed with its seed.
 **
-**   rules_walk DIR [SEEDS [STEPS]]
+**   rules_walk DIR|POSTGRES-URL [SEEDS [STEPS]]
 **
 ** IDEM_WALK_SEEDS and IDEM_WALK_STEPS override the counts (long runs).
 */
@@ -161,6 +161,9 @@ static struct world {
   char ledger[MAXC][64]; /* applied keys */
   int napplied;
   char why[512];
+  char session[16]; /* each walk's own (a shared PostgreSQL log) */
+  int pg;           /* dir is a PostgreSQL URL */
+  int trace; /* IDEM_WALK_TRACE: print every answer */
 } W;
 
 static int fail(const char *fmt, ...)
@@ -188,7 +191,7 @@ static void ledger_apply(const char *key) {
     snprintf(W.ledger[W.napplied++], sizeof W.ledger[0], "%s", key);
 }
 
-/* The call a key was minted for: "w:cN:hex". */
+/* The call a key was minted for: "wRUN:cN:hex". */
 static int key_call(const char *key) {
   const char *p = strchr(key, ':');
   return p && p[1] == 'c' ? atoi(p + 2) : -1;
@@ -200,7 +203,11 @@ static void world_open(void) {
   W.ndec = 0;
   W.napplied = 0;
   W.why[0] = '\0';
-  snprintf(W.url, sizeof W.url, "sqlite:%s/walk%d.db", W.dir, ++W.run);
+  snprintf(W.session, sizeof W.session, "w%d", ++W.run);
+  if (W.pg)
+    snprintf(W.url, sizeof W.url, "%s", W.dir);
+  else
+    snprintf(W.url, sizeof W.url, "sqlite:%s/walk%d.db", W.dir, W.run);
   if (idem_guard_open(W.url, W.pol, &W.g) != IDEM_OK) {
     fprintf(stderr, "open %s: %s\n", W.url, idem_guard_errmsg(W.g));
     exit(2);
@@ -215,7 +222,7 @@ static void world_close(void) {
   }
   idem_guard_close(W.g);
   W.g = NULL;
-  {
+  if (!W.pg) {
     char path[4300];
     snprintf(path, sizeof path, "%s/walk%d.db", W.dir, W.run);
     unlink(path);
@@ -266,7 +273,7 @@ static int check_ledger(void) {
   return 0;
 }
 
-/* ---- the harness ------------------------------------------------------------ */
+/* ---- the harness --------------------------------------------------------- */
 
 /* Run the provider for step s as pv says: the outcome to finish with. */
 static int provide(idem_step *s, int pv) {
@@ -352,6 +359,9 @@ static int check_answer(idem_step *s, int c, int fresh, int pv, int crash) {
   size_t len;
   const char *env = idem_step_envelope(s, &len), *d;
   int a = idem_step_answer(s), told = 0;
+  if (W.trace)
+    fprintf(stderr, "    %s (turn %d, decision %d): %.200s\n", m->id, m->turn,
+            m->decision, env);
   if (a == IDEM_ANSWER_ALREADY_APPLIED) {
     d = strstr(env, "\"duplicate_of\":\"");
     if (check_named(c, d ? d + 16 : NULL, env)) return 1;
@@ -394,7 +404,7 @@ static int crash_before_commit(int c, int pv) {
   callm *m = &W.calls[c];
   char self[4200], turn[16];
   char *argv[] = {self, "--begin-and-die", W.url, m->id, turn,
-                  (char *)ARGSET[m->args], NULL};
+                  (char *)ARGSET[m->args], W.session, NULL};
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   int status = -1;
   pid_t pid = -1;
@@ -407,7 +417,10 @@ static int crash_before_commit(int c, int pv) {
   /* exit 0: it was about to execute, and died; else it was answered and
   ** died: an answer already_applied is recorded as told with it (the
   ** crash between recording a delivery and handing it over) */
-  if (idem_guard_record(W.g, "w", m->id, &r) == IDEM_OK) {
+  if (W.trace)
+    fprintf(stderr, "    %s (turn %d, decision %d): its harness died (%d)\n",
+            m->id, m->turn, m->decision, WEXITSTATUS(status));
+  if (idem_guard_record(W.g, W.session, m->id, &r) == IDEM_OK) {
     if (WEXITSTATUS(status) == 0 && r->state == IDEM_STATE_PENDING &&
         (pv == PV_APPLY || pv == PV_UNKNOWN_APPLIED))
       ledger_apply(r->key);
@@ -427,7 +440,7 @@ static int begin_and_die_main(char **argv) {
   idem_policy *p = NULL;
   idem_guard *g = NULL;
   idem_step *s = NULL;
-  idem_call c = {sizeof c, "w", argv[2], "refund_payment", argv[4],
+  idem_call c = {sizeof c, argv[5], argv[2], "refund_payment", argv[4],
                  strlen(argv[4]), argv[3], 0};
   if (idem_policy_parse(POLICY_TEXT, strlen(POLICY_TEXT), "walk", &p) ||
       idem_guard_open(argv[1], p, &g) || idem_guard_begin(g, &c, &s))
@@ -439,7 +452,7 @@ static int begin_and_die_main(char **argv) {
 static int issue(int c, int fresh, int pv, int crash) {
   callm *m = &W.calls[c];
   char turn[16];
-  idem_call call = {sizeof call, "w", m->id, "refund_payment", ARGSET[m->args],
+  idem_call call = {sizeof call, W.session, m->id, "refund_payment", ARGSET[m->args],
                     strlen(ARGSET[m->args]), turn, 0};
   idem_step *s = NULL;
   int held = 0, rc;
@@ -519,7 +532,7 @@ static int play(const op *o, int i) {
     idem_step *s = NULL;
     int held = 0, rc;
     if (!t->exists || t->held) return 0;
-    rc = idem_guard_recover(W.g, "w", t->id, &s);
+    rc = idem_guard_recover(W.g, W.session, t->id, &s);
     if (rc == IDEM_NOTFOUND) return 0;
     if (rc != IDEM_OK)
       return fail("recover %s: %s", t->id, idem_guard_errmsg(W.g));
@@ -603,13 +616,14 @@ int main(int argc, char **argv) {
   static char keep[MAXC];
   int seeds, steps, seed, failed = 0;
   long total = 0;
-  if (argc == 6 && strcmp(argv[1], "--begin-and-die") == 0)
+  if (argc == 7 && strcmp(argv[1], "--begin-and-die") == 0)
     return begin_and_die_main(argv + 1);
   if (argc < 2 || argc > 4) {
-    fprintf(stderr, "usage: rules_walk DIR [SEEDS [STEPS]]\n");
+    fprintf(stderr, "usage: rules_walk DIR|POSTGRES-URL [SEEDS [STEPS]]\n");
     return 2;
   }
   W.dir = argv[1];
+  W.pg = strncmp(W.dir, "postgres", 8) == 0;
   seeds = env_int("IDEM_WALK_SEEDS", argc > 2 ? atoi(argv[2]) : 20);
   steps = env_int("IDEM_WALK_STEPS", argc > 3 ? atoi(argv[3]) : 100);
   if (steps < 1 || steps > MAXC) steps = MAXC;
@@ -617,7 +631,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "policy: %s\n", idem_policy_errmsg(W.pol));
     return 2;
   }
-  for (seed = 1; seed <= seeds && failed < 3; seed++) {
+  for (seed = 1; seed <= seeds; seed++) {
     int bad;
     rng = 0x9e3779b97f4a7c15ULL * (unsigned long long)seed;
     make_walk(walk, steps);
@@ -627,10 +641,13 @@ int main(int argc, char **argv) {
       total += steps;
       continue;
     }
-    failed++;
+    total += bad + 1;
     fprintf(stderr, "seed %d: step %d: %s\n", seed, bad, W.why);
+    if (++failed > 3) continue; /* shrink the first few */
     shrink(walk, keep, bad + 1);
+    W.trace = getenv("IDEM_WALK_TRACE") != NULL;
     bad = run(walk, keep, bad + 1);
+    W.trace = 0;
     fprintf(stderr, "seed %d, shrunk to:\n", seed);
     print_walk(walk, keep, bad + 1);
     fprintf(stderr, "  fails with: %s\n", W.why);
