@@ -15,9 +15,10 @@
 **              owner or an expired lease, or in_doubt -> take the lease
 **              over (the token grows) and RECONCILE.  not_applied -> the
 **              call it was handed to decides, as FENCE (duplicate_of: the
-**              call that fenced it, or that released it and went ahead),
-**              else the fence as of its first issue, else take over
-**              durably and EXECUTE again with the same key.
+**              call that fenced it, or that released it and went ahead;
+**              handed_to, kin_search), else a call of its turn, else the
+**              fence as of its first issue, else take over durably and
+**              EXECUTE again with the same key.
 **   FENCE      the earlier action is succeeded and not yet told, or is a
 **              call of this turn that succeeded or was answered
 **              already_applied -> record this call deduplicated (of the
@@ -607,8 +608,6 @@ static void lease_change(idem_step *s, idem__change *ch, const idem_record *r,
   if (r->state == IDEM_STATE_PENDING) ch->expect_owner = r->owner;
   if (state == IDEM_STATE_PENDING)
     new_attempt(s, ch, 0); /* we execute next: nothing can land */
-  if (state == IDEM_STATE_PENDING && r->state == IDEM_STATE_NOT_APPLIED)
-    ch->duplicate_of = ""; /* it runs itself: it names no one (handed_to) */
   else if (r->executor && !executor_live(r, now))
     ch->settle_cap = now; /* its executor's death is seen now (§6a) */
 }
@@ -750,15 +749,17 @@ static int released(const idem_record *r) {
 }
 
 static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
-                     int *how) {
+                     int *how, char **end) {
   idem_record *x = NULL, *prev = NULL;
   const char *link = r->duplicate_of;
   int hops, rc = IDEM_OK, by_release = released(r), told = r->delivered != 0;
   *out = NULL;
+  *end = NULL;
   *how = HANDED_UNKNOWN;
   for (hops = 0; hops < 8; hops++) {
     if (!link || !*link) {
       *how = told ? HANDED_NONE : HANDED_UNKNOWN;
+      if (told && prev) *end = idem__strdup(prev->call_id);
       break;
     }
     if (strcmp(link, s->call_id) == 0) { /* back to this call */
@@ -782,6 +783,7 @@ static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
     if (x->state == IDEM_STATE_FAILED ||
         (x->state == IDEM_STATE_DEDUPLICATED && by_release)) {
       *how = HANDED_NONE;
+      if (x->state == IDEM_STATE_FAILED) *end = idem__strdup(x->call_id);
       break;
     }
     /* deduplicated: the call that ran carried it out; not applied: its
@@ -796,6 +798,80 @@ static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
   idem_record_free(x);
   idem_record_free(prev);
   return rc;
+}
+
+/* The calls that `by` held back are one decision with r, and so are the
+** calls of their turns: when `by` ended without an effect, one of those
+** that went ahead (in flight, in doubt or succeeded; the newest) carries
+** r's decision.  A scan of r's session, made only on this rare path. */
+#define KIN_TURNS 16 /* turns looked at; a model rarely spreads one   */
+                     /* decision over more                          */
+typedef struct kin {
+  const idem_record *r;
+  const char *self, *by;
+  char *turns[KIN_TURNS];
+  int nturns, pass;
+  char *best;
+  long long best_created;
+} kin;
+
+static int went_ahead(const idem_record *y) {
+  return y->state == IDEM_STATE_PENDING || y->state == IDEM_STATE_IN_DOUBT ||
+         y->state == IDEM_STATE_SUCCEEDED;
+}
+
+static int kin_one(const idem_record *y, void *arg) {
+  kin *k = arg;
+  int held, i, of_turn = 0;
+  if (!y->fence_key || strcmp(y->fence_key, k->r->fence_key) != 0 ||
+      strcmp(y->call_id, k->r->call_id) == 0 ||
+      strcmp(y->call_id, k->self) == 0)
+    return 0;
+  held = y->duplicate_of && strcmp(y->duplicate_of, k->by) == 0;
+  for (i = 0; i < k->nturns && y->turn; i++)
+    if (strcmp(k->turns[i], y->turn) == 0) of_turn = 1;
+  if (k->pass == 0) {
+    if (held && y->turn && !of_turn && k->nturns < KIN_TURNS &&
+        (k->turns[k->nturns] = idem__strdup(y->turn)) != NULL)
+      k->nturns++;
+    return 0;
+  }
+  if ((held || of_turn) && went_ahead(y) &&
+      (!k->best || y->created > k->best_created)) {
+    char *c = idem__strdup(y->call_id);
+    if (c) {
+      idem__free(k->best);
+      k->best = c;
+      k->best_created = y->created;
+    }
+  }
+  return 0;
+}
+
+static int kin_search(idem_step *s, const idem_record *r, const char *by,
+                      idem_record **out) {
+  idem__filter f;
+  kin k;
+  int rc, i;
+  *out = NULL;
+  memset(&k, 0, sizeof k);
+  memset(&f, 0, sizeof f);
+  k.r = r;
+  k.self = s->call_id;
+  k.by = by;
+  f.session = r->session;
+  f.states = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_SUCCEEDED) |
+             BIT(IDEM_STATE_NOT_APPLIED) | BIT(IDEM_STATE_IN_DOUBT);
+  rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
+  k.pass = 1;
+  if (!rc) rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
+  if (!rc && k.best) {
+    rc = s->g->st->vt->get(s->g->st, r->session, k.best, out);
+    if (rc == IDEM_NOTFOUND) rc = IDEM_OK;
+  }
+  for (i = 0; i < k.nturns; i++) idem__free(k.turns[i]);
+  idem__free(k.best);
+  return rc ? store_fail(s->g, rc) : IDEM_OK;
 }
 
 static int decide_existing(idem_step *s, idem_record *r) {
@@ -840,7 +916,11 @@ static int decide_existing(idem_step *s, idem_record *r) {
     ** the call it was handed to, else the fence as of its first issue */
     {
       idem_record *x = NULL;
-      if ((rc = handed_to(s, r, &x, &how)) != IDEM_OK || x) {
+      char *end = NULL;
+      rc = handed_to(s, r, &x, &how, &end);
+      if (!rc && !x && end) rc = kin_search(s, r, end, &x);
+      idem__free(end);
+      if (rc || x) {
         idem_record_free(r);
         return rc ? rc : decide_fenced(s, x);
       }
@@ -996,8 +1076,10 @@ static int decide_fenced(idem_step *s, idem_record *e) {
     return rc;
   case IDEM_STATE_NOT_APPLIED: { /* of this turn: who carries it out */
     idem_record *x = NULL;
+    char *end = NULL;
     int how;
-    rc = handed_to(s, e, &x, &how);
+    rc = handed_to(s, e, &x, &how, &end);
+    idem__free(end);
     idem_record_free(e);
     if (rc) return rc;
     return x ? decide_fenced(s, x) : lost_race(s, NULL); /* it changed */
