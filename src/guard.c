@@ -801,9 +801,10 @@ static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
 }
 
 /* The calls that `by` held back are one decision with r, and so are the
-** calls of their turns: when `by` ended without an effect, one of those
-** that went ahead (in flight, in doubt or succeeded; the newest) carries
-** r's decision.  A scan of r's session, made only on this rare path. */
+** calls of their turns and of by's own: when `by` ended without an
+** effect, one of those that went ahead (in flight, in doubt or succeeded;
+** the newest) carries r's decision.  A scan of r's session, made only on
+** this rare path. */
 #define KIN_TURNS 16 /* turns looked at; a model rarely spreads one   */
                      /* decision over more                          */
 typedef struct kin {
@@ -827,7 +828,8 @@ static int kin_one(const idem_record *y, void *arg) {
       strcmp(y->call_id, k->r->call_id) == 0 ||
       strcmp(y->call_id, k->self) == 0)
     return 0;
-  held = y->duplicate_of && strcmp(y->duplicate_of, k->by) == 0;
+  held = (y->duplicate_of && strcmp(y->duplicate_of, k->by) == 0) ||
+         strcmp(y->call_id, k->by) == 0;
   for (i = 0; i < k->nturns && y->turn; i++)
     if (strcmp(k->turns[i], y->turn) == 0) of_turn = 1;
   if (k->pass == 0) {
@@ -861,7 +863,8 @@ static int kin_search(idem_step *s, const idem_record *r, const char *by,
   k.by = by;
   f.session = r->session;
   f.states = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_SUCCEEDED) |
-             BIT(IDEM_STATE_NOT_APPLIED) | BIT(IDEM_STATE_IN_DOUBT);
+             BIT(IDEM_STATE_FAILED) | BIT(IDEM_STATE_NOT_APPLIED) |
+             BIT(IDEM_STATE_IN_DOUBT);
   rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
   k.pass = 1;
   if (!rc) rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
