@@ -264,7 +264,7 @@ typedef struct idem__change {
   long long pgid;
   long long settle_from;
   long long settle_cap;
-  const char *duplicate_of; /* NULL: keep; "": none any more          */
+  const char *duplicate_of; /* NULL: keep                                */
   /* Non-NULL: only while the record's owner is still this one.  A takeover
   ** of a pending record whose holder was judged gone names that holder:
   ** a lease handed on meanwhile (a runner giving it back to its front end

@@ -363,8 +363,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** $8 owner, $9 lease_until), $10 result, $11 error, $12 resolution or
     ** 0, $13 delivered or -1, $14 the nonce, $15 the executor (1 set $16
     ** $17 $18, 2 clear, 3 ended without a verdict at $18), $19 a
-    ** settle_from to lower to, or 0, $20 duplicate_of ('': none) or NULL,
-    ** $21 the owner the row must still have or NULL, $22 who gave an operator's
+    ** settle_from to lower to, or 0, $20 duplicate_of or NULL, $21 the
+    ** owner the row must still have or NULL, $22 who gave an operator's
     ** verdict or NULL (resolved_at: now).  The terminal clause is the
     ** SQLite store's. */
     "UPDATE idem_attempts SET"
@@ -391,7 +391,7 @@ static const char *const stmt_sql[N_STMTS] = {
     " delivered = CASE WHEN $13::bigint >= 0 THEN $13::bigint"
     "  ELSE delivered END,"
     " updated = " NOW_MS ","
-    " duplicate_of = nullif(coalesce($20::text, duplicate_of), ''),"
+    " duplicate_of = coalesce($20::text, duplicate_of),"
     " resolved_by = coalesce($22::text, resolved_by),"
     " resolved_at = CASE WHEN $22::text IS NULL THEN resolved_at"
     "  ELSE " NOW_MS " END,"

@@ -320,8 +320,8 @@ static const char *const stmt_sql[N_STMTS] = {
     ** ?8 owner, ?9 lease_until), ?10 result, ?11 error, ?12 resolution or
     ** 0, ?13 delivered or -1, ?14 now, ?15 the executor (1 set ?16 ?17
     ** ?18, 2 clear, 3 ended without a verdict at ?18), ?19 a settle_from
-    ** to lower to, or 0, ?20 duplicate_of ('': none) or NULL, ?21 the owner
-    ** the record must still have or NULL, ?22 who gave an operator's verdict
+    ** to lower to, or 0, ?20 duplicate_of or NULL, ?21 the owner the
+    ** record must still have or NULL, ?22 who gave an operator's verdict
     ** or NULL (resolved_at is then now).  The last condition keeps terminal
     ** outcomes.  The record as it is then is read back by S_GET in the
     ** same transaction: RETURNING would hold its rows in an ephemeral
@@ -341,7 +341,7 @@ static const char *const stmt_sql[N_STMTS] = {
     "   THEN settle_from ELSE ?18 END"
     "  ELSE CASE WHEN ?19 > 0 AND executor IS NOT NULL AND ?19 < settle_from"
     "   THEN ?19 ELSE settle_from END END,"
-    " duplicate_of = nullif(coalesce(?20, duplicate_of), ''),"
+    " duplicate_of = coalesce(?20, duplicate_of),"
     " resolved_by = coalesce(?22, resolved_by),"
     " resolved_at = CASE WHEN ?22 IS NULL THEN resolved_at ELSE ?14 END,"
     " result = coalesce(?10, result),"
