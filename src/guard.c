@@ -800,11 +800,11 @@ static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
   return rc;
 }
 
-/* The calls that `by` held back are one decision with r, and so are the
-** calls of their turns and of by's own: when `by` ended without an
-** effect, one of those that went ahead (in flight, in doubt or succeeded;
-** the newest) carries r's decision.  A scan of r's session, made only on
-** this rare path. */
+/* The calls that `by` (r, or the call its names end at) held back are one
+** decision with r, and so are the calls of their turns and of by's own:
+** when `by` ended without an effect, one of those that went ahead (in
+** flight, in doubt or succeeded; the newest) carries r's decision.  A scan
+** of r's session, made only on this rare path. */
 #define KIN_TURNS 16 /* turns looked at; a model rarely spreads one   */
                      /* decision over more                          */
 typedef struct kin {
@@ -921,7 +921,8 @@ static int decide_existing(idem_step *s, idem_record *r) {
       idem_record *x = NULL;
       char *end = NULL;
       rc = handed_to(s, r, &x, &how, &end);
-      if (!rc && !x && end) rc = kin_search(s, r, end, &x);
+      if (!rc && !x && how == HANDED_NONE)
+        rc = kin_search(s, r, end ? end : r->call_id, &x);
       idem__free(end);
       if (rc || x) {
         idem_record_free(r);
