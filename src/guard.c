@@ -14,15 +14,21 @@
 **              (bounded by wait_ms, then in_progress).  pending with a dead
 **              owner or an expired lease, or in_doubt -> take the lease
 **              over (the token grows) and RECONCILE.  not_applied -> the
-**              fence first (a later call that repeated it and went ahead
-**              decides, as FENCE), else take over durably and EXECUTE
-**              again with the same key.
-**   FENCE      the earlier action is succeeded and not yet told -> record
-**              this call deduplicated, answer already_applied.  In flight
+**              call it was handed to decides, as FENCE (duplicate_of: the
+**              call that fenced it, or that released it and went ahead;
+**              handed_to, kin_search), else a call of its turn, else the
+**              fence as of its first issue, else take over durably and
+**              EXECUTE again with the same key.
+**   FENCE      the earlier action is succeeded and not yet told, or is a
+**              call of this turn that succeeded or was answered
+**              already_applied -> record this call deduplicated (of the
+**              call that ran), answer already_applied.  In flight
 **              -> WAIT, then look again.  In doubt -> take it over and
 **              CHECK it; applied -> already_applied; not applied and none
-**              of its attempts can still land -> release it and begin this
-**              call; else outcome_unknown naming it (and this call is
+**              of its attempts can still land -> release it to this call
+**              (it names this call) and begin this call: if this call goes
+**              ahead, it carries that action out; else outcome_unknown
+**              naming it (and this call is
 **              recorded not_applied, fenced by it).
 **   EXECUTE    the caller calls downstream and reports the outcome: applied
 **              -> succeeded; rejected -> failed; not applied -> retry with
@@ -749,9 +755,10 @@ static int reconcile_own(idem_step *s, const idem_record *r) {
 
 /* ---- deciding ------------------------------------------------------------- */
 
-/* Wait for another owner, up to wait_ms from the first wait. */
+/* Wait for another owner, up to wait_ms from the first wait (a duration
+** of this process: the monotonic clock, which no step moves). */
 static int wait_or(idem_step *s, const char *whose) {
-  long long now = now_ms(s);
+  long long now = idem__mono_ms();
   if (!s->wait_until) s->wait_until = now + s->rule->wait_ms;
   if (now < s->wait_until) {
     s->phase = PH_WAIT;
@@ -806,9 +813,158 @@ static int recoverable(const idem_record *r, long long now) {
          (r->state == IDEM_STATE_PENDING && !holder_live_at(r, now));
 }
 
+/* Who carries out a not_applied action r, by the calls it names
+** (duplicate_of): the call that held it back (note_fenced: that call's
+** fate is r's, wherever it leads), or the call that released it (a
+** release hands the action only to a call that goes ahead).
+**   HANDED_TO    *out, a call that went ahead: in flight, in doubt or
+**                succeeded - it decides, as the fence does;
+**   HANDED_NONE  no one: the decision ended without an effect (rejected,
+**                told not applied), or its release went to a call that
+**                did not go ahead - r runs again, with its own key;
+**   HANDED_UNKNOWN  the names lead to no record of this session, or to
+**                an action not applied that was never told: the fence as
+**                of r's first issue decides (a re-issue may have gone
+**                ahead unfenced). */
+enum { HANDED_UNKNOWN, HANDED_TO, HANDED_NONE };
+
+static int released(const idem_record *r) {
+  return r->state == IDEM_STATE_NOT_APPLIED &&
+         r->resolution == IDEM_RESOLVED_RECONCILED;
+}
+
+static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
+                     int *how, char **end) {
+  idem_record *x = NULL, *prev = NULL;
+  const char *link = r->duplicate_of;
+  int hops, rc = IDEM_OK, by_release = released(r), told = r->delivered != 0;
+  *out = NULL;
+  *end = NULL;
+  *how = HANDED_UNKNOWN;
+  for (hops = 0; hops < 8; hops++) {
+    if (!link || !*link) {
+      *how = told ? HANDED_NONE : HANDED_UNKNOWN;
+      if (told && prev) *end = idem__strdup(prev->call_id);
+      break;
+    }
+    if (strcmp(link, s->call_id) == 0) { /* back to this call */
+      *how = HANDED_NONE;
+      break;
+    }
+    rc = s->g->st->vt->get(s->g->st, r->session, link, &x);
+    if (rc != IDEM_OK) {
+      rc = rc == IDEM_NOTFOUND ? IDEM_OK : store_fail(s->g, rc);
+      break;
+    }
+    if (!x->fence_key || !r->fence_key || strcmp(x->fence_key, r->fence_key))
+      break; /* another action under that call id (another scope) */
+    if (x->state == IDEM_STATE_PENDING || x->state == IDEM_STATE_IN_DOUBT ||
+        x->state == IDEM_STATE_SUCCEEDED) {
+      *out = x;
+      x = NULL;
+      *how = HANDED_TO;
+      break;
+    }
+    if (x->state == IDEM_STATE_FAILED ||
+        (x->state == IDEM_STATE_DEDUPLICATED && by_release)) {
+      *how = HANDED_NONE;
+      if (x->state == IDEM_STATE_FAILED) *end = idem__strdup(x->call_id);
+      break;
+    }
+    /* deduplicated: the call that ran carried it out; not applied: its
+    ** own names go on */
+    by_release = released(x);
+    told = x->delivered != 0 && x->state == IDEM_STATE_NOT_APPLIED;
+    idem_record_free(prev);
+    prev = x; /* link points into it */
+    x = NULL;
+    link = prev->duplicate_of;
+  }
+  idem_record_free(x);
+  idem_record_free(prev);
+  return rc;
+}
+
+/* The calls that `by` (r, or the call its names end at) held back are one
+** decision with r, and so are the calls of their turns and of by's own:
+** when `by` ended without an effect, one of those that went ahead (in
+** flight, in doubt or succeeded; the newest) carries r's decision.  A scan
+** of r's session, made only on this rare path. */
+#define KIN_TURNS 16 /* turns looked at; a model rarely spreads one   */
+                     /* decision over more                          */
+typedef struct kin {
+  const idem_record *r;
+  const char *self, *by;
+  char *turns[KIN_TURNS];
+  int nturns, pass;
+  char *best;
+  long long best_created;
+} kin;
+
+static int went_ahead(const idem_record *y) {
+  return y->state == IDEM_STATE_PENDING || y->state == IDEM_STATE_IN_DOUBT ||
+         y->state == IDEM_STATE_SUCCEEDED;
+}
+
+static int kin_one(const idem_record *y, void *arg) {
+  kin *k = arg;
+  int held, i, of_turn = 0;
+  if (!y->fence_key || strcmp(y->fence_key, k->r->fence_key) != 0 ||
+      strcmp(y->call_id, k->r->call_id) == 0 ||
+      strcmp(y->call_id, k->self) == 0)
+    return 0;
+  held = (y->duplicate_of && strcmp(y->duplicate_of, k->by) == 0) ||
+         strcmp(y->call_id, k->by) == 0;
+  for (i = 0; i < k->nturns && y->turn; i++)
+    if (strcmp(k->turns[i], y->turn) == 0) of_turn = 1;
+  if (k->pass == 0) {
+    if (held && y->turn && !of_turn && k->nturns < KIN_TURNS &&
+        (k->turns[k->nturns] = idem__strdup(y->turn)) != NULL)
+      k->nturns++;
+    return 0;
+  }
+  if ((held || of_turn) && went_ahead(y) &&
+      (!k->best || y->created > k->best_created)) {
+    char *c = idem__strdup(y->call_id);
+    if (c) {
+      idem__free(k->best);
+      k->best = c;
+      k->best_created = y->created;
+    }
+  }
+  return 0;
+}
+
+static int kin_search(idem_step *s, const idem_record *r, const char *by,
+                      idem_record **out) {
+  idem__filter f;
+  kin k;
+  int rc, i;
+  *out = NULL;
+  memset(&k, 0, sizeof k);
+  memset(&f, 0, sizeof f);
+  k.r = r;
+  k.self = s->call_id;
+  k.by = by;
+  f.session = r->session;
+  f.states = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_SUCCEEDED) |
+             BIT(IDEM_STATE_FAILED) | BIT(IDEM_STATE_NOT_APPLIED) |
+             BIT(IDEM_STATE_IN_DOUBT);
+  rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
+  k.pass = 1;
+  if (!rc) rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
+  if (!rc && k.best) {
+    rc = s->g->st->vt->get(s->g->st, r->session, k.best, out);
+    if (rc == IDEM_NOTFOUND) rc = IDEM_OK;
+  }
+  for (i = 0; i < k.nturns; i++) idem__free(k.turns[i]);
+  idem__free(k.best);
+  return rc ? store_fail(s->g, rc) : IDEM_OK;
+}
+
 static int decide_existing(idem_step *s, idem_record *r) {
   idem_record *now = NULL;
-  int rc;
+  int rc, how = HANDED_UNKNOWN;
   if (strcmp(r->fingerprint, s->fingerprint) != 0) {
     idem_record_free(r);
     return answer(s, IDEM_ANSWER_CONFLICT, 0, 0, NULL, NULL,
@@ -846,21 +1002,44 @@ static int decide_existing(idem_step *s, idem_record *r) {
     /* before it runs again: did a later call carry the action out, or
     ** is one at it?  (The model re-issued it while it was in doubt, the
     ** re-issue found it not applied and went ahead; then this call was
-    ** replayed.)  Then that one decides, as the fence does for a new call */
+    ** replayed.)  Then that one decides, as the fence does for a new call:
+    ** the call it was handed to, else the fence as of its first issue */
+    {
+      idem_record *x = NULL;
+      char *end = NULL;
+      rc = handed_to(s, r, &x, &how, &end);
+      if (!rc && !x && how == HANDED_NONE)
+        rc = kin_search(s, r, end ? end : r->call_id, &x);
+      idem__free(end);
+      if (rc || x) {
+        idem_record_free(r);
+        return rc ? rc : decide_fenced(s, x);
+      }
+    }
+    /* handed to no one, its own turn still holds it: an identical call of
+    ** its turn that was carried out is its decision */
     if (r->fence_key) {
       idem_record *e = NULL;
       char *recorded = r->fence_key;
-      rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
-                               s->rule->coalesce_ms, &e);
-      if (rc == IDEM_NOTFOUND && s->fence_key &&
-          strcmp(recorded, s->fence_key) != 0) {
-        /* recorded under an earlier idem's key (make_fence_key): the call
-        ** that went ahead since has today's */
-        r->fence_key = s->fence_key;
-        rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
-                                 s->rule->coalesce_ms, &e);
+      int turn_only = 1;
+      /* its turn first; then, unless it was handed to no one, the fence */
+      for (rc = IDEM_NOTFOUND; rc == IDEM_NOTFOUND && turn_only >= 0 &&
+                               (turn_only || how != HANDED_NONE);
+           turn_only--) {
         r->fence_key = recorded;
+        rc = s->g->st->vt->fence(s->g->st, r, s->rule->repeat_window_s * 1000,
+                                 s->rule->coalesce_ms, turn_only, &e);
+        if (rc == IDEM_NOTFOUND && s->fence_key &&
+            strcmp(recorded, s->fence_key) != 0) {
+          /* recorded under an earlier idem's key (make_fence_key): the
+          ** call that went ahead since has today's */
+          r->fence_key = s->fence_key;
+          rc = s->g->st->vt->fence(s->g->st, r,
+                                   s->rule->repeat_window_s * 1000,
+                                   s->rule->coalesce_ms, turn_only, &e);
+        }
       }
+      r->fence_key = recorded;
       if (rc == IDEM_OK) {
         idem_record_free(r);
         return decide_fenced(s, e);
@@ -885,29 +1064,36 @@ static int decide_existing(idem_step *s, idem_record *r) {
 
 /* Was e issued in the same model turn as this call (SPEC §6.4)?  This
 ** call names its turn and e names the same; or it names none, and e began
-** within the tool's coalesce_ms before it (or after it: a racing call of
-** the same burst).  A harness that names turns names them all, so a call
-** that names one is in no unnamed turn. */
+** within the tool's coalesce_ms before it or after it (a racing call of
+** the same burst) - not further after it: a record from the "future" was
+** written before the clock stepped back, in another turn for all anyone
+** knows.  A harness that names turns names them all, so a call that names
+** one is in no unnamed turn. */
 static int same_turn(const idem_step *s, const idem_record *e) {
+  long long apart = e->created - s->started;
   if (s->turn) return e->turn && strcmp(s->turn, e->turn) == 0;
-  return s->rule->coalesce_ms > 0 &&
-         e->created >= s->started - s->rule->coalesce_ms;
+  return s->rule->coalesce_ms > 0 && apart >= -s->rule->coalesce_ms &&
+         apart <= s->rule->coalesce_ms;
 }
 
-/* Record this call as a duplicate of the earlier action e (succeeded) and
-** answer already_applied. */
+/* Record this call as a duplicate of the earlier action e (succeeded, or
+** a call of this turn answered already_applied: a duplicate of the call
+** that ran) and answer already_applied. */
 static int deduplicate(idem_step *s, const idem_record *e) {
   idem_record rec, *found = NULL;
   idem__change ch;
   long long now = now_ms(s);
   int what = 0, rc;
+  const char *ran = e->state == IDEM_STATE_DEDUPLICATED && e->duplicate_of
+                        ? e->duplicate_of
+                        : e->call_id;
   fill_record(s, &rec, now);
   rec.state = IDEM_STATE_DEDUPLICATED;
   rec.owner = NULL;
   rec.lease_until = 0;
   rec.result = e->result;
   rec.resolution = IDEM_RESOLVED_REPLAYED;
-  rec.duplicate_of = e->call_id;
+  rec.duplicate_of = (char *)(uintptr_t)ran;
   rc = s->g->st->vt->insert(s->g->st, &rec, &what, &found);
   if (rc) return store_fail(s->g, rc);
   if (what == IDEM__BEGIN_FOUND && found->state == IDEM_STATE_NOT_APPLIED &&
@@ -920,7 +1106,7 @@ static int deduplicate(idem_step *s, const idem_record *e) {
     ch.state = IDEM_STATE_DEDUPLICATED;
     ch.result = e->result;
     ch.resolution = IDEM_RESOLVED_REPLAYED;
-    ch.duplicate_of = e->call_id;
+    ch.duplicate_of = ran;
     ch.exec_set = IDEM__EXEC_CLEAR;
     ch.expires = kept_until(s->rule, now);
     {
@@ -935,7 +1121,9 @@ static int deduplicate(idem_step *s, const idem_record *e) {
   } else if (what == IDEM__BEGIN_FOUND)
     return decide_existing(s, found);
   /* when the model is told (idem_step_delivered), the earlier action is
-  ** told too, and fences no more */
+  ** told too, and fences no more - unless it was told before: that first
+  ** delivery stays, for a later one would say the model learnt of it after
+  ** calls it made knowing it */
   idem__free(s->dup_session);
   idem__free(s->dup_call);
   s->dup_session = idem__strdup(e->session);
@@ -943,20 +1131,27 @@ static int deduplicate(idem_step *s, const idem_record *e) {
   if (!s->dup_session || !s->dup_call)
     return gfail(s->g, IDEM_NOMEM, "out of memory");
   s->dup_was = e->delivered;
+  if (e->state == IDEM_STATE_DEDUPLICATED && same_turn(s, e))
+    return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
+                  ran,
+                  "The same %s call was already made in this turn (call id "
+                  "%s); it had been carried out by call %s, whose result is "
+                  "included. This one was not run, so nothing was done "
+                  "twice. Do not call %s again for this.",
+                  s->tool, e->call_id, ran, s->tool);
   if (same_turn(s, e))
     return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
-                  e->call_id,
+                  ran,
                   "The same %s call was already made in this turn (call id "
                   "%s) and it went through; its result is included. This "
                   "one was not run, so nothing was done twice. Do not call "
                   "%s again for this.",
-                  s->tool, e->call_id, s->tool);
-  return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
-                e->call_id,
+                  s->tool, ran, s->tool);
+  return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result, ran,
                 "This %s action was already carried out by call %s, so it "
                 "was not repeated; its result is included. Do not call it "
                 "again for the same purpose.",
-                s->tool, e->call_id);
+                s->tool, ran);
 }
 
 /* The earlier action e fences this call. */
@@ -965,9 +1160,20 @@ static int decide_fenced(idem_step *s, idem_record *e) {
   int rc;
   switch (e->state) {
   case IDEM_STATE_SUCCEEDED:
+  case IDEM_STATE_DEDUPLICATED: /* a call of this turn, answered so */
     rc = deduplicate(s, e);
     idem_record_free(e);
     return rc;
+  case IDEM_STATE_NOT_APPLIED: { /* of this turn: who carries it out */
+    idem_record *x = NULL;
+    char *end = NULL;
+    int how;
+    rc = handed_to(s, e, &x, &how, &end);
+    idem__free(end);
+    idem_record_free(e);
+    if (rc) return rc;
+    return x ? decide_fenced(s, x) : lost_race(s, NULL); /* it changed */
+  }
   case IDEM_STATE_PENDING:
     if (holder_live(s, e)) {
       char who[256];
@@ -1009,7 +1215,7 @@ static int decide(idem_step *s) {
     if (!s->fence_v0[i]) continue;
     rec.fence_key = s->fence_v0[i];
     rc = st->vt->fence(st, &rec, s->rule->repeat_window_s * 1000,
-                       s->rule->coalesce_ms, &r);
+                       s->rule->coalesce_ms, 0, &r);
     if (rc == IDEM_OK) return decide_fenced(s, r);
     if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
   }
@@ -2018,6 +2224,9 @@ static int step_resolve(idem_step *s, int outcome, const char *result,
   } else {
     ch.state = IDEM_STATE_NOT_APPLIED;
     ch.resolution = IDEM_RESOLVED_RECONCILED;
+    /* the earlier action is released to this call: if this call goes
+    ** ahead, it carries that action out (handed_to) */
+    if (e) ch.duplicate_of = s->call_id;
   }
   now = apply(s, &ch, &rc);
   idem__free(res);
@@ -2080,7 +2289,7 @@ static int step_delivered(idem_step *s) {
   now = now_ms(s);
   if ((rc = stamp(s, s->session, s->call_id, now))) return rc;
   s->told = s->stamped = 1;
-  if (s->dup_call) {
+  if (s->dup_call && !s->dup_was) {
     /* the earlier action's outcome is what the model is told */
     if ((rc = stamp(s, s->dup_session, s->dup_call, now))) return rc;
     s->dup_stamped = 1;

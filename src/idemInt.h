@@ -64,6 +64,12 @@ int idem__abi_out(void *dst, const void *src, size_t ssize, size_t min);
 struct timespec;
 /* Milliseconds since the epoch (CLOCK_REALTIME): what records carry. */
 long long idem__wall_ms(void);
+/* How far after now a time read from the log may lie and still be taken
+** as read on the clock now reads (a shared store's estimate of its
+** server's clock is off by half a round trip): further, the clock has
+** stepped back since it was written, and the time says nothing of which
+** came first (docs/FAILURES.md, "Clock steps"). */
+#define IDEM__CLOCK_SLACK_MS 1000
 /* Milliseconds of CLOCK_MONOTONIC: what waits and deadlines count in. */
 long long idem__mono_ms(void);
 /* Microseconds of CLOCK_MONOTONIC: short waits awake. */
@@ -305,15 +311,17 @@ typedef struct idem__store_vt {
   int (*now)(idem__store *st, long long *ms);
   /*
   ** Atomically: if (rec->session, rec->call_id) exists, FOUND and *found;
-  ** else if rec->fence_key is set and another action with that fence_key,
-  ** not DEDUPLICATED, is PENDING or IN_DOUBT, or SUCCEEDED and (not
+  ** else if rec->fence_key is set and another action with that fence_key
+  ** is PENDING or IN_DOUBT, or SUCCEEDED and (not
   ** delivered, or delivered after rec->created - the new call was made
   ** before the model was told, as parallel calls of one turn are; in the
   ** same millisecond counts as after, for the answer is handed over only
-  ** once its delivery is recorded - or
-  ** created at or after now - repeat_window_ms, or of the same model turn:
-  ** rec names it and it is the same, or rec names none and it was created
-  ** at or after rec->created - coalesce_ms (when > 0)), FENCED and
+  ** once its delivery is recorded; a delivery more than
+  ** IDEM__CLOCK_SLACK_MS after now does not count, the clock stepped back
+  ** since - or created at or after now - repeat_window_ms), or SUCCEEDED
+  ** or DEDUPLICATED and of the same model turn (rec names it and it is the
+  ** same, or rec names none and it was created within coalesce_ms, when
+  ** > 0, of rec->created, before or after), FENCED and
   ** *found = the newest such; else insert rec (state PENDING, token 1) and
   ** sync it to disk before returning INSERTED.
   */
@@ -328,10 +336,11 @@ typedef struct idem__store_vt {
              idem_record **out); /* IDEM_NOTFOUND */
   /* The action that fences rec, by begin's rule, when rec exists already
   ** (an action about to run again must not repeat one that a later call
-  ** carried out): *found, or IDEM_NOTFOUND. */
+  ** carried out): *found, or IDEM_NOTFOUND.  turn_only: only an action of
+  ** rec's turn. */
   int (*fence)(idem__store *st, const idem_record *rec,
                long long repeat_window_ms, long long coalesce_ms,
-               idem_record **found);
+               int turn_only, idem_record **found);
   /* Apply ch if its condition holds: IDEM_OK and *now the record after it;
   ** IDEM_STALE and *now the record as it is; IDEM_NOTFOUND.  now may be
   ** NULL. */

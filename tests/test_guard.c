@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -24,6 +25,27 @@
 #include "idem.h"
 
 extern char **environ;
+
+/* ---- the wall clock, stepped --------------------------------------------- */
+
+/*
+** This program's clock_gettime() is the system's, with CLOCK_REALTIME moved
+** by clock_step_ms: what an NTP step or a VM resume does to every reading
+** of the wall clock (the library is linked in statically, so its readings
+** come here).  The monotonic clocks are left alone, as a step leaves them.
+*/
+static volatile long long clock_step_ms;
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+  long long ns;
+  if (syscall(SYS_clock_gettime, id, ts) != 0) return -1;
+  if (id != CLOCK_REALTIME || clock_step_ms == 0) return 0;
+  ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec +
+       clock_step_ms * 1000000LL;
+  ts->tv_sec = (time_t)(ns / 1000000000LL);
+  ts->tv_nsec = (long)(ns % 1000000000LL);
+  return 0;
+}
 
 /* ---- the provider ----------------------------------------------------------- */
 
@@ -260,16 +282,15 @@ static const char *ARGS = "{\"order_id\":\"ord_1\",\"amount_cents\":6000}";
 static int turn_no = 1;
 static void next_turn(void) { turn_no++; }
 
-static char *call(idem_guard *g, const char *session, const char *call_id,
-                  const char *tool, const char *args, int with_check,
-                  const char *want_status) {
-  char turn[32];
+/* As call(), in turn (NULL: none, the coalescing window decides). */
+static char *call_in(idem_guard *g, const char *session, const char *call_id,
+                     const char *tool, const char *args, int with_check,
+                     const char *turn, const char *want_status) {
   idem_call c = {sizeof c, session, call_id, tool, args, strlen(args), turn, 0};
   idem_tool t = {sizeof t, refund_run, with_check ? refund_check : NULL, NULL};
   char *env = NULL, want[64];
   size_t len;
   int rc;
-  snprintf(turn, sizeof turn, "turn_%d", turn_no);
   rc = idem_guard_call(g, &c, &t, &env, &len);
   if (rc != IDEM_OK) {
     fprintf(stderr, "idem_guard_call(%s): %s\n", call_id, idem_guard_errmsg(g));
@@ -283,6 +304,15 @@ static char *call(idem_guard *g, const char *session, const char *call_id,
   } else
     check_passed++;
   return env;
+}
+
+static char *call(idem_guard *g, const char *session, const char *call_id,
+                  const char *tool, const char *args, int with_check,
+                  const char *want_status) {
+  char turn[32];
+  snprintf(turn, sizeof turn, "turn_%d", turn_no);
+  return call_in(g, session, call_id, tool, args, with_check, turn,
+                 want_status);
 }
 
 #define HAS(env, s) CHECK((env) && strstr((env), (s)) != NULL)
@@ -1993,11 +2023,232 @@ static void test_late_before_finish(void) {
   idem_policy_free(p);
 }
 
+/* ---- the decision rules: one turn, one release, one decision ---------------- */
+
+/* REFUND_POLICY whose effects end with the executor (settle_ms 0: a dead
+** executor's attempt cannot land later), the fence on the order. */
+static const char *RULES_POLICY =
+    "{\"tools\":{\"refund_payment\":{\"class\":\"guarded\",\"timeout_ms\":300,"
+    "\"retries\":0,\"backoff_ms\":1,\"wait_ms\":300,\"settle_ms\":0,"
+    "\"fence\":[\"order_id\"],"
+    "\"status\":{\"tool\":\"get_refund_status\","
+    "\"arguments\":{\"order_id\":\"{order_id}\"}}},"
+    "\"get_refund_status\":{\"class\":\"read_only\"}}}";
+
+/* A harness that begins (session, call_id) of turn (NULL: none) with args
+** and dies before recording an outcome: this program again, as a process
+** of its own.  Its record is left pending under a dead owner. */
+static void begin_and_die(idem_guard *g, const char *policy_text,
+                          const char *session, const char *call_id,
+                          const char *turn, const char *args) {
+  char url[4200], self[4200];
+  char *argv[] = {self,           "--begin-and-die", url,
+                  (char *)policy_text, (char *)session, (char *)call_id,
+                  (char *)(turn ? turn : ""), (char *)args, NULL};
+  int status = -1;
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  pid_t pid = -1;
+  snprintf(url, sizeof url, "%s", idem_guard_log(g));
+  self[n > 0 ? n : 0] = '\0';
+  CHECK(posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0);
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+        WEXITSTATUS(status) == 0);
+}
+
+static int begin_and_die_main(char **argv) {
+  idem_policy *p = NULL;
+  idem_guard *g = NULL;
+  idem_step *s = NULL;
+  idem_call c = {sizeof c, argv[3], argv[4], "refund_payment", argv[6],
+                 strlen(argv[6]), *argv[5] ? argv[5] : NULL, 0};
+  if (idem_policy_parse(argv[2], strlen(argv[2]), "test", &p) != IDEM_OK ||
+      idem_guard_open(argv[1], p, &g) != IDEM_OK ||
+      idem_guard_begin(g, &c, &s) != IDEM_OK ||
+      idem_step_next(s) != IDEM_NEXT_EXECUTE)
+    _exit(1);
+  _exit(0);
+}
+
+/* c1 applied but never told (the harness died after the outcome commit);
+** in turn 2 the model's c2 is answered already_applied c1, and c3 of the
+** same turn with the same arguments is the same decision: already_applied
+** c1 too, nothing runs again. */
+static void test_turn_after_already_applied(void) {
+  idem_policy *p = policy(REFUND_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_call c = {sizeof c, "ra", "c1", "refund_payment", ARGS, strlen(ARGS),
+                 "ra_turn1", 0};
+  idem_step *s = NULL;
+  char *e, *res = NULL, *err = NULL;
+
+  provider_reset(MODE_OK, 0);
+  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_OK);
+  CHECK_INT(idem_step_next(s), IDEM_NEXT_EXECUTE);
+  CHECK_INT(refund_run(NULL, idem_step_key(s), ARGS, strlen(ARGS), &res,
+                       &err),
+            IDEM_OUTCOME_APPLIED);
+  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, res, strlen(res), NULL),
+            IDEM_OK);
+  idem_free(res);
+  idem_step_free(s); /* never told */
+  e = call_in(g, "ra", "c2", "refund_payment", ARGS, 1, "ra_turn2",
+              "already_applied");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  free(e);
+  e = call_in(g, "ra", "c3", "refund_payment", ARGS, 1, "ra_turn2",
+              "already_applied");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  HAS(e, "re_1");
+  free(e);
+  CHECK_INT(applied(), 1);
+  CHECK_INT(calls(), 1);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* c1 is found not applied and released; its repeat c2 goes ahead; later,
+** in another turn, a separate decision c3 (another amount) is carried out.
+** c1 replayed is answered already_applied c2 with c2's result - not c3. */
+static void test_release_names_its_repeat(void) {
+  idem_policy *p = policy(RULES_POLICY);
+  idem_guard *g = open_guard(p);
+  const char *other = "{\"order_id\":\"ord_1\",\"amount_cents\":7000}";
+  char *e;
+
+  provider_reset(MODE_OK, 0);
+  begin_and_die(g, RULES_POLICY, "rb", "c1", "rb_turn1", ARGS);
+  e = call_in(g, "rb", "c2", "refund_payment", ARGS, 1, "rb_turn2",
+              "succeeded"); /* c1: checked, not applied, released */
+  HAS(e, "re_1");
+  free(e);
+  e = call_in(g, "rb", "c3", "refund_payment", other, 1, "rb_turn3",
+              "succeeded");
+  HAS(e, "re_2");
+  free(e);
+  e = call_in(g, "rb", "c1", "refund_payment", ARGS, 1, "rb_turn1",
+              "already_applied");
+  HAS(e, "\"duplicate_of\":\"c2\"");
+  HAS(e, "re_1");
+  free(e);
+  CHECK_INT(applied(), 2);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* Turn 1: c1 carried out and told.  Turn 2: c2, a new decision, rejected
+** by the provider, the harness dead before the outcome commit.  A late c3
+** of turn 1 checks c2, finds it not applied, releases it - and coalesces
+** with c1, so it does not go ahead.  The resumed c2 is its own decision:
+** it runs (and is rejected again), it is not answered already_applied c1. */
+static void test_release_only_to_a_repeat(void) {
+  idem_policy *p = policy(RULES_POLICY);
+  idem_guard *g = open_guard(p);
+  char *e;
+
+  provider_reset(MODE_OK, 0);
+  e = call_in(g, "rc", "c1", "refund_payment", ARGS, 1, "rc_turn1",
+              "succeeded");
+  free(e);
+  provider_reset(MODE_REJECT, 0);
+  begin_and_die(g, RULES_POLICY, "rc", "c2", "rc_turn2", ARGS);
+  e = call_in(g, "rc", "c3", "refund_payment", ARGS, 1, "rc_turn1",
+              "already_applied");
+  HAS(e, "\"duplicate_of\":\"c1\"");
+  free(e);
+  e = call_in(g, "rc", "c2", "refund_payment", ARGS, 1, "rc_turn2", "failed");
+  HAS(e, "card expired");
+  free(e);
+  CHECK_INT(calls(), 1); /* c2's own decision, run */
+  CHECK_INT(applied(), 0);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* ---- clock steps -------------------------------------------------------- */
+
+/* Guard one refund that names no turn (the coalescing window decides). */
+static char *call_unnamed(idem_guard *g, const char *session,
+                          const char *call_id, const char *want_status) {
+  return call_in(g, session, call_id, "refund_payment", ARGS, 1, NULL,
+                 want_status);
+}
+
+/* The wall clock steps back an hour (an NTP step, a VM resume) between a
+** refund that was told and a new decision made 2 s later: the new one is
+** carried out - the told refund, an hour in the "future" now, is not of its
+** turn, and its delivery is not after the new call was made.  A burst
+** after the step still coalesces.  And a wait for an action in flight
+** lasts wait_ms whatever the wall clock does meanwhile. */
+static void test_clock_step(void) {
+  idem_policy *p = policy(REFUND_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_call c1 = {sizeof c1, "ck2",        "c1", "refund_payment",
+                  ARGS,      strlen(ARGS), NULL, 0};
+  idem_call c2 = {sizeof c2, "ck2",        "c2", "refund_payment",
+                  ARGS,      strlen(ARGS), NULL, 0};
+  idem_step *s1 = NULL, *s2 = NULL;
+  long long until;
+  char *e;
+
+  provider_reset(MODE_OK, 0);
+  clock_step_ms = 0;
+  e = call_unnamed(g, "ck1", "c1", "succeeded");
+  free(e);
+  CHECK_INT(applied(), 1);
+  clock_step_ms = -3600000 + 2000; /* back an hour, then 2 s pass */
+  e = call_unnamed(g, "ck1", "c2", "succeeded");
+  HASNT(e, "this turn");
+  free(e);
+  CHECK_INT(applied(), 2);
+  /* the same refund again at once: one turn with c2, coalesced */
+  e = call_unnamed(g, "ck1", "c3", "already_applied");
+  HAS(e, "\"duplicate_of\":\"c2\"");
+  free(e);
+  CHECK_INT(applied(), 2);
+
+  /* c1 in flight; c2 waits for it (wait_ms 2000) while the clock steps
+  ** back an hour: the wait still ends after about 2 s, in_progress */
+  clock_step_ms = 0;
+  CHECK_INT(idem_guard_begin(g, &c1, &s1), IDEM_OK);
+  CHECK_INT(idem_step_next(s1), IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_guard_begin(g, &c2, &s2), IDEM_OK);
+  CHECK_INT(idem_step_next(s2), IDEM_NEXT_WAIT);
+  clock_step_ms = -3600000;
+  until = mono_ms() + 10000;
+  while (idem_step_next(s2) == IDEM_NEXT_WAIT && mono_ms() < until) {
+    sleep_ms(25);
+    CHECK_INT(idem_step_poll(s2), IDEM_OK);
+  }
+  CHECK_INT(idem_step_next(s2), IDEM_NEXT_ANSWER);
+  CHECK_INT(idem_step_answer(s2), IDEM_ANSWER_IN_PROGRESS);
+  CHECK(mono_ms() < until - 5000);
+  idem_step_free(s2);
+  CHECK_INT(idem_step_finish(s1, IDEM_OUTCOME_APPLIED, "{}", 2, NULL), IDEM_OK);
+  idem_step_free(s1);
+  clock_step_ms = 0;
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--die-mid-call") == 0)
     return die_mid_call(argv[2]);
+  if (argc == 8 && strcmp(argv[1], "--begin-and-die") == 0)
+    return begin_and_die_main(argv + 1);
+  if (argc == 3 && strcmp(argv[2], "rules") == 0) {
+    dir = argv[1];
+    test_turn_after_already_applied();
+    test_release_names_its_repeat();
+    test_release_only_to_a_repeat();
+    return check_done();
+  }
+  if (argc == 3 && strcmp(argv[2], "clock") == 0) {
+    dir = argv[1];
+    test_clock_step();
+    return check_done();
+  }
   if (argc != 2) {
-    fprintf(stderr, "usage: test_guard DIR\n");
+    fprintf(stderr, "usage: test_guard DIR [clock|rules]\n");
     return 2;
   }
   dir = argv[1];

@@ -48,8 +48,8 @@ static int f_get(idem__store *st, const char *s, const char *c,
   return IDEM_MISUSE;
 }
 static int f_fence(idem__store *st, const idem_record *rec, long long w,
-                   long long cw, idem_record **out) {
-  (void)st, (void)rec, (void)w, (void)cw;
+                   long long cw, int turn_only, idem_record **out) {
+  (void)st, (void)rec, (void)w, (void)cw, (void)turn_only;
   if (out) *out = NULL;
   return IDEM_MISUSE;
 }

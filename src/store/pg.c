@@ -272,6 +272,17 @@ static const char *const migrations[] = {
 
 /* The server's clock in ms since the epoch. */
 #define NOW_MS "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+/* A record not applied that names a call which carried it out or is at it
+** (duplicate_of: handed_to in guard.c) fences a call of its turn as that
+** call would. */
+#define HANDED                                                                 \
+  "EXISTS (SELECT 1 FROM idem_attempts x WHERE x.session = a.session"          \
+  " AND x.call_id = a.duplicate_of AND x.fence_key = a.fence_key"              \
+  " AND x.state IN (1, 2, 5))"
+/* IDEM__CLOCK_SLACK_MS, in the SQL text */
+#define SLACK_TEXT(ms) #ms
+#define SLACK_OF(ms) SLACK_TEXT(ms)
+#define SLACK SLACK_OF(IDEM__CLOCK_SLACK_MS)
 
 /*
 ** The parameters of begin and insert ($1 .. $28): the record's columns
@@ -322,17 +333,18 @@ static const char *const stmt_sql[N_STMTS] = {
     "SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))",
     /* begin: the action, else the fence (idemInt.h), else the insert */
     "WITH t AS (SELECT " NOW_MS " AS now), " FOUND_CTE ","
-    " fence AS (SELECT 3 AS what, " COLS " FROM idem_attempts, t"
+    " fence AS (SELECT 3 AS what, " COLS " FROM idem_attempts a, t"
     "  WHERE $7::text IS NOT NULL AND fence_key = $7::text"
-    "  AND NOT (session = $1::text AND call_id = $2::text) AND state <> 6"
+    "  AND NOT (session = $1::text AND call_id = $2::text)"
     "  AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    "   OR delivered > CASE WHEN $16::bigint > 0 THEN $16::bigint"
-    "    ELSE t.now END"
-    "   OR ($25::bigint > 0 AND created >= t.now - $25::bigint)"
-    "   OR turn = $27::text"
+    "   OR (delivered > CASE WHEN $16::bigint > 0 THEN $16::bigint"
+    "    ELSE t.now END AND delivered <= t.now + " SLACK ")"
+    "   OR ($25::bigint > 0 AND created >= t.now - $25::bigint)))"
+    "   OR ((state IN (2, 6) OR (state = 4 AND " HANDED "))"
+    "   AND (turn = $27::text"
     "   OR ($28::bigint > 0 AND $27::text IS NULL"
-    "    AND created >= CASE WHEN $16::bigint > 0 THEN $16::bigint"
-    "     ELSE t.now END - $28::bigint))))"
+    "    AND abs(created - CASE WHEN $16::bigint > 0 THEN $16::bigint"
+    "     ELSE t.now END) <= $28::bigint))))"
     "  AND NOT EXISTS (SELECT 1 FROM found)"
     "  ORDER BY created DESC, session DESC, call_id DESC LIMIT 1),"
     " ins AS (INSERT INTO idem_attempts (" COLS_WRITTEN ", nonce)"
@@ -407,16 +419,20 @@ static const char *const stmt_sql[N_STMTS] = {
     "SELECT " NOW_MS,
     /* the fence of an action that exists (begin's rule): $1 fence_key, $2
     ** session, $3 call id, $4 its created, $5 the repeat window or 0, $6
-    ** its turn, $7 the coalescing window or 0 */
-    "SELECT nonce, " COLS " FROM idem_attempts,"
+    ** its turn, $7 the coalescing window or 0, $8 1: of its turn only */
+    "SELECT nonce, " COLS " FROM idem_attempts a,"
     " (SELECT " NOW_MS " AS now) t WHERE fence_key = $1::text"
-    " AND NOT (session = $2::text AND call_id = $3::text) AND state <> 6"
+    " AND NOT (session = $2::text AND call_id = $3::text)"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    "  OR delivered > $4::bigint"
-    "  OR ($5::bigint > 0 AND created >= t.now - $5::bigint)"
-    "  OR turn = $6::text"
+    "  OR (delivered > $4::bigint AND delivered <= t.now + " SLACK ")"
+    "  OR ($5::bigint > 0 AND created >= t.now - $5::bigint)))"
+    "  OR ((state IN (2, 6) OR (state = 4 AND " HANDED "))"
+    "  AND (turn = $6::text"
     "  OR ($7::bigint > 0 AND $6::text IS NULL"
-    "   AND created >= $4::bigint - $7::bigint))))"
+    "   AND abs(created - $4::bigint) <= $7::bigint))))"
+    " AND ($8::integer = 0 OR (state <> 3 AND (turn = $6::text"
+    "  OR ($7::bigint > 0 AND $6::text IS NULL"
+    "   AND abs(created - $4::bigint) <= $7::bigint))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
 };
 
@@ -1449,6 +1465,7 @@ static int get_fn(pg_store *s, conn *c, void *arg, int *again) {
 typedef struct fence_req {
   const idem_record *rec;
   long long window, coalesce;
+  int turn_only;
   idem_record *out;
 } fence_req;
 
@@ -1465,6 +1482,7 @@ static int fence_fn(pg_store *s, conn *c, void *arg, int *again) {
   p_int(&p, 5, q->window);
   p_str(&p, 6, q->rec->turn);
   p_int(&p, 7, q->coalesce);
+  p_int(&p, 8, q->turn_only);
   r = PQexecPrepared(c->db, stmt_name[S_FENCE], p.n, p.v, NULL, NULL, 0);
   if (PQresultStatus(r) != PGRES_TUPLES_OK)
     rc = res_fail(s, c, r, "checking the fence", again);
@@ -1478,7 +1496,7 @@ static int fence_fn(pg_store *s, conn *c, void *arg, int *again) {
 }
 
 static int pg_fence(idem__store *st, const idem_record *rec, long long window,
-                    long long coalesce, idem_record **out) {
+                    long long coalesce, int turn_only, idem_record **out) {
   fence_req q;
   int rc;
   CHECK_STORE(s, st);
@@ -1490,6 +1508,7 @@ static int pg_fence(idem__store *st, const idem_record *rec, long long window,
   q.rec = rec;
   q.window = window;
   q.coalesce = coalesce > 0 ? coalesce : 0;
+  q.turn_only = turn_only;
   rc = run(s, fence_fn, &q);
   *out = q.out;
   return rc;

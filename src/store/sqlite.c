@@ -295,15 +295,27 @@ static const char *const stmt_sql[N_STMTS] = {
     ** made - an outcome delivered after that was not known to the model
     ** when it made the call (parallel calls of one turn).  Delivered in
     ** the same millisecond counts as known: a delivery is recorded before
-    ** the answer is handed over (idem_step_delivered).  ?6 is the new
-    ** call's turn (NULL: none), ?7 when the coalescing window before it
-    ** opened (a time after everything when there is none): a call that
-    ** names no turn shares one with those that began within the window. */
-    "SELECT " COLS " FROM attempts WHERE fence_key = ?1"
-    " AND NOT (session = ?2 AND call_id = ?3) AND state <> 6"
+    ** the answer is handed over (idem_step_delivered); one after ?9 (now,
+    ** and the slack of IDEM__CLOCK_SLACK_MS) was read before the clock
+    ** stepped back, and says nothing of that.  ?6 is the new call's turn
+    ** (NULL: none), ?7 and ?8 when the coalescing window around it opens
+    ** and closes (?7 a time after everything when there is none): a call
+    ** that names no turn shares one with those that began within the
+    ** window, before it or after it.  A call of its turn answered
+    ** already_applied (state 6) fences it as the call that ran would, and
+    ** one not applied (4) that names a call which carried it out or is at
+    ** it (duplicate_of: handed_to in guard.c) as that call would.
+    ** ?10 = 1: only those of its turn. */
+    "SELECT " COLS " FROM attempts a WHERE fence_key = ?1"
+    " AND NOT (session = ?2 AND call_id = ?3)"
     " AND (state IN (1, 5) OR (state = 2 AND (delivered = 0"
-    " OR delivered > ?5 OR created >= ?4 OR turn = ?6"
-    " OR (?6 IS NULL AND created >= ?7))))"
+    " OR (delivered > ?5 AND delivered <= ?9) OR created >= ?4))"
+    " OR ((state IN (2, 6) OR (state = 4 AND EXISTS (SELECT 1 FROM"
+    " attempts x WHERE x.session = a.session AND x.call_id = a.duplicate_of"
+    " AND x.fence_key = a.fence_key AND x.state IN (1, 2, 5))))"
+    " AND (turn = ?6 OR (?6 IS NULL AND created >= ?7 AND created <= ?8))))"
+    " AND (?10 = 0 OR (state <> 3 AND (turn = ?6"
+    " OR (?6 IS NULL AND created >= ?7 AND created <= ?8))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
     "INSERT INTO attempts (" COLS_WRITTEN ") VALUES (?1, ?2, ?3, ?4, ?5,"
     " ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,"
@@ -641,7 +653,8 @@ static void bind_record(sqlite3_stmt *st, const idem_record *rec, int state,
 /* Bind the fence query (S_FENCE) for rec: cutoff is when the repeat
 ** window opened (LLONG_MAX: none), coalesce the coalescing window. */
 static void bind_fence(sqlite3_stmt *st, const idem_record *rec,
-                       long long cutoff, long long coalesce, long long now) {
+                       long long cutoff, long long coalesce, long long now,
+                       int turn_only) {
   long long made = rec->created > 0 ? rec->created : now;
   bind_str(st, 1, rec->fence_key);
   bind_str(st, 2, rec->session);
@@ -650,6 +663,9 @@ static void bind_fence(sqlite3_stmt *st, const idem_record *rec,
   sqlite3_bind_int64(st, 5, made);
   bind_str(st, 6, rec->turn);
   sqlite3_bind_int64(st, 7, coalesce > 0 ? made - coalesce : LLONG_MAX);
+  sqlite3_bind_int64(st, 8, made + (coalesce > 0 ? coalesce : 0));
+  sqlite3_bind_int64(st, 9, now + IDEM__CLOCK_SLACK_MS);
+  sqlite3_bind_int(st, 10, turn_only != 0);
 }
 
 /* ---- connections ----------------------------------------------------------- */
@@ -808,7 +824,7 @@ static void w_begin(sq_store *s, wreq *r) {
     if ((r->rc = stmt_get(s, &s->w, S_FENCE, &st, r->msg, sizeof r->msg)))
       return;
     cutoff = r->window > 0 ? now - r->window : LLONG_MAX;
-    bind_fence(st, rec, cutoff, r->coalesce, now);
+    bind_fence(st, rec, cutoff, r->coalesce, now, 0);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
       if ((r->out = row_record(st)) != NULL)
@@ -1789,7 +1805,8 @@ done:
 }
 
 static int sq_fence(idem__store *st, const idem_record *rec,
-                    long long window, long long coalesce, idem_record **out) {
+                    long long window, long long coalesce, int turn_only,
+                    idem_record **out) {
   sqlite3_stmt *q = NULL;
   conn *c;
   char msg[MSG_MAX];
@@ -1805,7 +1822,7 @@ static int sq_fence(idem__store *st, const idem_record *rec,
     goto done;
   }
   bind_fence(q, rec, window > 0 ? idem__wall_ms() - window : LLONG_MAX,
-             coalesce, idem__wall_ms());
+             coalesce, idem__wall_ms(), turn_only);
   switch (step = sqlite3_step(q)) {
   case SQLITE_ROW:
     if (!(*out = row_record(q)))

@@ -23,6 +23,9 @@ add_test(NAME outage_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_serv
 add_test(NAME turns_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   sh -c "\"$0\" \"$IDEM_PG_URL\" threads 100 && \"$0\" \"$IDEM_PG_URL\" procs 20"
   $<TARGET_FILE:turn_race>)
+# The decision rules walked as a model (tests/rules_walk.c) on PostgreSQL
+add_test(NAME rules_walk_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  sh -c "exec \"$0\" \"$IDEM_PG_URL\" 20 150" $<TARGET_FILE:rules_walk>)
 add_test(NAME resolve_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   sh -c "exec ${BASH} \"$0\" \"$1\" \"$IDEM_PG_URL\""
   ${CMAKE_CURRENT_SOURCE_DIR}/resolve_test.sh $<TARGET_FILE:idem>)
