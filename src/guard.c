@@ -167,10 +167,12 @@ struct idem_step {
   int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
   int told;             /* the delivery is recorded already                  */
   int stamped;          /* ... and this step recorded it: undelivered undoes */
-  char *dup_session, *dup_call; /* the earlier action this call was        */
-  long long dup_was;            /* answered with (deduplicate), and its    */
-                                /* delivered before this step stamped it   */
-  int dup_stamped;              /* this step stamped it                    */
+  struct {              /* the earlier action this call was answered with */
+    char *session;      /* (deduplicate): the record it fenced with, and  */
+    char *call_id;      /* the call that ran when that one is a duplicate */
+    long long was;      /* its delivered before this step stamped it      */
+    int stamped;        /* this step stamped it                           */
+  } dup[2];
   int own_check;        /* the caller runs a status check of its own         */
   int ended;            /* the attempt being finished has ended: nothing of  */
                         /* it runs, yet without a verdict it may land (§6a) */
@@ -885,6 +887,34 @@ static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
   return rc;
 }
 
+/* Note session/call_id, told at `was` (0: not yet), as the i-th earlier
+** record this call's answer tells of. */
+static int dup_note(idem_step *s, int i, const char *session,
+                    const char *call_id, long long was) {
+  idem__free(s->dup[i].session);
+  idem__free(s->dup[i].call_id);
+  s->dup[i].session = idem__strdup(session);
+  s->dup[i].call_id = idem__strdup(call_id);
+  s->dup[i].was = was;
+  if (!s->dup[i].session || !s->dup[i].call_id)
+    return gfail(s->g, IDEM_NOMEM, "out of memory");
+  return IDEM_OK;
+}
+
+/* The same for the record session/call_id as the log has it now (none:
+** nothing to note). */
+static int dup_read(idem_step *s, int i, const char *session,
+                    const char *call_id) {
+  idem_record *x = NULL;
+  int rc = s->g->st->vt->get(s->g->st, session, call_id, &x);
+  if (rc == IDEM_OK)
+    rc = dup_note(s, i, x->session, x->call_id, x->delivered);
+  else
+    rc = rc == IDEM_NOTFOUND ? IDEM_OK : store_fail(s->g, rc);
+  idem_record_free(x);
+  return rc;
+}
+
 /* The calls that `by` (r, or the call its names end at) held back are one
 ** decision with r, and so are the calls of their turns and of by's own:
 ** when `by` ended without an effect, one of those that went ahead (in
@@ -979,9 +1009,13 @@ static int decide_existing(idem_step *s, idem_record *r) {
   case IDEM_STATE_FAILED:
   case IDEM_STATE_DEDUPLICATED:
     s->told = r->delivered != 0; /* a replay of what the model was told */
+    rc = IDEM_OK;
+    if (!s->told && r->state == IDEM_STATE_DEDUPLICATED && r->duplicate_of)
+      /* untold: once told, so is the call that ran (in this session) */
+      rc = dup_read(s, 0, s->session, r->duplicate_of);
     /* this call's own record, settled meanwhile (a late result recorded
     ** while its finish was held up): its outcome, not a replay */
-    rc = answer_outcome(s, r, !s->fresh);
+    if (!rc) rc = answer_outcome(s, r, !s->fresh);
     idem_record_free(r);
     return rc;
   case IDEM_STATE_PENDING:
@@ -1121,16 +1155,12 @@ static int deduplicate(idem_step *s, const idem_record *e) {
   } else if (what == IDEM__BEGIN_FOUND)
     return decide_existing(s, found);
   /* when the model is told (idem_step_delivered), the earlier action is
-  ** told too, and fences no more - unless it was told before: that first
-  ** delivery stays, for a later one would say the model learnt of it after
-  ** calls it made knowing it */
-  idem__free(s->dup_session);
-  idem__free(s->dup_call);
-  s->dup_session = idem__strdup(e->session);
-  s->dup_call = idem__strdup(e->call_id);
-  if (!s->dup_session || !s->dup_call)
-    return gfail(s->g, IDEM_NOMEM, "out of memory");
-  s->dup_was = e->delivered;
+  ** told too, and fences no more: e, and the call that ran when e is its
+  ** duplicate - unless told before: that first delivery stays, for a later
+  ** one would say the model learnt of it after calls it made knowing it */
+  if ((rc = dup_note(s, 0, e->session, e->call_id, e->delivered)))
+    return rc;
+  if (ran != e->call_id && (rc = dup_read(s, 1, e->session, ran))) return rc;
   if (e->state == IDEM_STATE_DEDUPLICATED && same_turn(s, e))
     return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
                   ran,
@@ -2278,7 +2308,7 @@ static int stamp(idem_step *s, const char *session, const char *call_id,
 
 static int step_delivered(idem_step *s) {
   long long now;
-  int rc;
+  int rc, i;
   if (!step_ok(s)) return IDEM_MISUSE;
   if (s->phase != PH_ANSWERED || s->rule->cls != IDEM_CLASS_GUARDED)
     return IDEM_OK;
@@ -2289,20 +2319,24 @@ static int step_delivered(idem_step *s) {
   now = now_ms(s);
   if ((rc = stamp(s, s->session, s->call_id, now))) return rc;
   s->told = s->stamped = 1;
-  if (s->dup_call && !s->dup_was) {
+  for (i = 0; i < 2; i++) {
     /* the earlier action's outcome is what the model is told */
-    if ((rc = stamp(s, s->dup_session, s->dup_call, now))) return rc;
-    s->dup_stamped = 1;
+    if (!s->dup[i].call_id || s->dup[i].was) continue;
+    if ((rc = stamp(s, s->dup[i].session, s->dup[i].call_id, now)))
+      return rc;
+    s->dup[i].stamped = 1;
   }
   return IDEM_OK;
 }
 
 static int step_undelivered(idem_step *s) {
-  int rc;
+  int rc, i;
   if (!step_ok(s)) return IDEM_MISUSE;
-  if (s->dup_stamped) {
-    if ((rc = stamp(s, s->dup_session, s->dup_call, s->dup_was))) return rc;
-    s->dup_stamped = 0;
+  for (i = 0; i < 2; i++) {
+    if (!s->dup[i].stamped) continue;
+    if ((rc = stamp(s, s->dup[i].session, s->dup[i].call_id, s->dup[i].was)))
+      return rc;
+    s->dup[i].stamped = 0;
   }
   if (s->stamped) {
     /* a record this step stamped was untold before (a told one replays
@@ -2331,8 +2365,10 @@ void idem_step_free(idem_step *s) {
   idem__free(s->check_args);
   idem_record_free(s->earlier);
   idem__free(s->why);
-  idem__free(s->dup_session);
-  idem__free(s->dup_call);
+  idem__free(s->dup[0].session);
+  idem__free(s->dup[0].call_id);
+  idem__free(s->dup[1].session);
+  idem__free(s->dup[1].call_id);
   idem__buf_free(&s->env);
   idem__free(s);
 }
