@@ -814,7 +814,8 @@ IDEM_API size_t idem_queue_pending(const idem_queue *q);
 ** Submissions.  Each returns at once: IDEM_OK when the operation was
 ** queued (it will end in exactly one completion), or IDEM_MISUSE (a NULL
 ** or closed queue, a step that is not q's guard's or is busy in a queue)
-** or IDEM_NOMEM, when it was not (no completion comes).  Whatever the
+** or IDEM_NOMEM, when it was not (no completion comes; the submitting
+** thread's idem_guard_errmsg(g) says why).  Whatever the
 ** operation itself finds wrong - bad arguments, a finish without an
 ** EXECUTE, the log's failure - is the completion's rc and errmsg.
 ** Strings and bytes are copied before the call returns.
