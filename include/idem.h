@@ -735,6 +735,10 @@ IDEM_API int idem_guard_resolve(idem_guard *g, const char *session,
 **              to finish it late (a result past the deadline)
 **   idem_queue_close(q);
 **
+** A result that comes after the deadline (the step answered
+** outcome_unknown meanwhile) goes to idem_queue_late() with the step's
+** token.
+**
 ** Each completion carries the return code of its operation and its own
 ** error text, taken on the worker thread that ran it (not the host
 ** thread's idem_guard_errmsg, which never sees these failures).
@@ -773,7 +777,8 @@ enum idem_op {
   IDEM_OP_RESOLVE = 3,
   IDEM_OP_POLL = 4,
   IDEM_OP_DELIVERED = 5,
-  IDEM_OP_UNDELIVERED = 6
+  IDEM_OP_UNDELIVERED = 6,
+  IDEM_OP_LATE = 7 /* idem_queue_late: no step */
 };
 
 /* Flags of a submission (or'ed). */
@@ -838,6 +843,14 @@ IDEM_API int idem_queue_poll(idem_queue *q, idem_step *s, int flags,
 /* idem_step_delivered() / idem_step_undelivered(). */
 IDEM_API int idem_queue_delivered(idem_queue *q, idem_step *s, void *user);
 IDEM_API int idem_queue_undelivered(idem_queue *q, idem_step *s, void *user);
+/* idem_guard_late(): a tool's result that came after the deadline, for
+** the attempt that holds token (idem_step_token, read before the step
+** was freed) - the step may be gone or walking on meanwhile (a retry). */
+IDEM_API int idem_queue_late(idem_queue *q, const char *session,
+                             const char *call_id, long long token,
+                             int outcome, const char *result,
+                             size_t result_len, const char *error, int ended,
+                             void *user);
 
 /* Take up to n completions, without blocking; *got says how many (0 when
 ** none is ready).  IDEM_MISUSE for a NULL queue or c, or a c[0].size

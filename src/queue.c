@@ -44,7 +44,8 @@ typedef struct qop {
   idem_queue *q;
   struct qop *next;
   int op, flags, rc;
-  int outcome;
+  int outcome, ended; /* LATE: the token is token, the ids in call */
+  long long token;
   void *user;
   idem_step *step;
   idem_call call; /* BEGIN: a deep copy of the caller's */
@@ -190,7 +191,11 @@ static void op_run(idem__work *w) {
     break;
   case IDEM_OP_POLL: rc = idem_step_poll(s); break;
   case IDEM_OP_DELIVERED: rc = idem_step_delivered(s); break;
-  default: rc = idem_step_undelivered(s); break;
+  case IDEM_OP_UNDELIVERED: rc = idem_step_undelivered(s); break;
+  default:
+    rc = idem_guard_late(g, o->call.session, o->call.call_id, o->token,
+                         o->outcome, o->result, o->result_len, o->error,
+                         o->ended);
   }
   /* told at the answer: a no-op when the outcome's commit recorded it */
   if (rc == IDEM_OK && deliver && idem_step_next(s) == IDEM_NEXT_ANSWER)
@@ -307,6 +312,31 @@ int idem_queue_delivered(idem_queue *q, idem_step *s, void *user) {
 
 int idem_queue_undelivered(idem_queue *q, idem_step *s, void *user) {
   return step_op(q, s, IDEM_OP_UNDELIVERED, 0, NULL, 0, NULL, 0, user);
+}
+
+int idem_queue_late(idem_queue *q, const char *session, const char *call_id,
+                    long long token, int outcome, const char *result,
+                    size_t result_len, const char *error, int ended,
+                    void *user) {
+  qop *o;
+  if (!q || q->magic != QUEUE_MAGIC || q->closing) return IDEM_MISUSE;
+  if (!session || !call_id)
+    return idem__guard_fail(q->g, IDEM_MISUSE,
+                            "idem_queue_late: the session and call id are "
+                            "required");
+  if (!(o = op_new(q, IDEM_OP_LATE, 0, user))) return IDEM_NOMEM;
+  if (!(o->call.session = idem__strdup(session)) ||
+      !(o->call.call_id = idem__strdup(call_id)) ||
+      (result && !(o->result = idem__strndup(result, result_len))) ||
+      (error && !(o->error = idem__strdup(error)))) {
+    op_free(o);
+    return IDEM_NOMEM;
+  }
+  o->token = token;
+  o->outcome = outcome;
+  o->result_len = result_len;
+  o->ended = ended;
+  return op_submit(o);
 }
 
 /* ---- completions ---------------------------------------------------------- */

@@ -13,6 +13,7 @@
 **   delivery   IDEM_QUEUE_DELIVER records the delivery in the outcome's
 **              commit; without it nothing is told until delivered, and
 **              undelivered undoes it.
+**   late       a result past the deadline settles the action by token.
 **   close      closed with finishes (and begins) in flight, never popped:
 **              every outcome is in the log, nothing leaks (ASan build).
 **
@@ -355,6 +356,44 @@ static void test_delivery(void) {
   idem_guard_close(g);
 }
 
+/* Past the deadline: outcome_unknown, the step freed; the late result
+** through the queue settles the action with the attempt's token. */
+static void test_late(void) {
+  idem_guard *g = open_guard();
+  idem_queue *q = NULL;
+  idem_completion c[1];
+  idem_call k = refund_call("late", "l1", ARGS);
+  idem_record *r = NULL;
+  long long token;
+  CHECK_INT(idem_queue_open(g, &q), IDEM_OK);
+  CHECK_INT(idem_queue_begin(q, &k, IDEM_QUEUE_DELIVER, NULL), IDEM_OK);
+  pop_n(q, c, 1);
+  token = idem_step_token(c[0].step);
+  CHECK(token > 0);
+  CHECK_INT(idem_queue_finish(q, c[0].step, IDEM_OUTCOME_UNKNOWN, NULL, 0,
+                              "no answer within 10 ms", IDEM_QUEUE_DELIVER,
+                              NULL),
+            IDEM_OK);
+  pop_n(q, c, 1);
+  CHECK_INT(c[0].answer, IDEM_ANSWER_OUTCOME_UNKNOWN);
+  idem_step_free(c[0].step);
+  CHECK_INT(idem_queue_late(q, "late", NULL, token, IDEM_OUTCOME_APPLIED,
+                            NULL, 0, NULL, 1, NULL),
+            IDEM_MISUSE);
+  CHECK_INT(idem_queue_late(q, "late", "l1", token, IDEM_OUTCOME_APPLIED,
+                            "{\"refund\":\"late\"}", 17, NULL, 1, &token),
+            IDEM_OK);
+  pop_n(q, c, 1);
+  CHECK_INT(c[0].op, IDEM_OP_LATE);
+  CHECK_INT(c[0].rc, IDEM_OK);
+  CHECK(c[0].step == NULL && c[0].user == &token);
+  CHECK_INT(idem_guard_record(g, "late", "l1", &r), IDEM_OK);
+  CHECK_INT(r ? r->state : -1, IDEM_STATE_SUCCEEDED);
+  idem_record_free(r);
+  idem_queue_close(q);
+  idem_guard_close(g);
+}
+
 static void test_close_in_flight(void) {
   enum { N = 32 };
   idem_guard *g = open_guard();
@@ -404,6 +443,7 @@ int main(int argc, char **argv) {
   test_loop();
   test_errors();
   test_delivery();
+  test_late();
   test_close_in_flight();
   return check_done();
 }
