@@ -2278,6 +2278,8 @@ struct workers {
   size_t cap, head;
   size_t n; /* queued: written under mu, read awake without it */
   int idle, refs;
+  int sleeping;    /* idle workers asleep on cv (counted in idle) */
+  int waking;      /* one of them was signalled and is not up yet */
   int closing;     /* written under mu, read awake without it */
   int spinner;     /* a worker waits awake (counted in idle) */
   int caller_spin; /* a caller waits awake for its answer (atomic) */
@@ -2308,6 +2310,17 @@ static void workers_unref_locked(workers *w) {
   idem__free(w);
 }
 
+/* Wake one sleeping worker when jobs wait and none is on its way (under
+** w->mu).  A burst of posts costs its poster one wake-up: each worker
+** woken wakes the next while jobs remain, so an event loop that submits
+** many operations at once does not pay a futex call for each. */
+static void wake_one(workers *w) {
+  if (w->n > 0 && w->sleeping > 0 && !w->waking) {
+    w->waking = 1;
+    pthread_cond_signal(&w->cv);
+  }
+}
+
 static void *worker_main(void *arg) {
   workers *w = arg;
   pthread_mutex_lock(&w->mu);
@@ -2327,14 +2340,19 @@ static void *worker_main(void *arg) {
       int rc = 0;
       idem__mono_after(WORKER_IDLE_S * 1000LL, &until);
       w->idle++;
-      while (w->n == 0 && !w->closing && rc != ETIMEDOUT)
+      w->sleeping++;
+      while (w->n == 0 && !w->closing && rc != ETIMEDOUT) {
         rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+        w->waking = 0;
+      }
+      w->sleeping--;
       w->idle--;
     }
     if (w->n == 0) break; /* idle too long, or the guard is gone */
     j = w->queue[w->head];
     w->head = (w->head + 1) % w->cap;
     __atomic_store_n(&w->n, w->n - 1, __ATOMIC_RELEASE);
+    wake_one(w); /* more jobs: the next sleeper, from here */
     pthread_mutex_unlock(&w->mu);
     j->run(j);
     pthread_mutex_lock(&w->mu);
@@ -2355,22 +2373,24 @@ int idem__guard_post(idem_guard *g, idem__work *j) {
   pthread_condattr_t ca;
   pthread_attr_t ta;
   pthread_t th;
-  workers *w;
+  workers *w = __atomic_load_n(&g->workers, __ATOMIC_ACQUIRE);
   int rc = 0;
-  pthread_mutex_lock(&g->mu);
-  if (!g->workers && (g->workers = idem__malloc(sizeof *g->workers))) {
+  if (!w) { /* made once; g->mu only then */
+    pthread_mutex_lock(&g->mu);
+    if (!g->workers && (w = idem__malloc(sizeof *w))) {
+      memset(w, 0, sizeof *w);
+      w->refs = 1;
+      pthread_condattr_init(&ca);
+      pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+      pthread_cond_init(&w->cv, &ca);
+      pthread_condattr_destroy(&ca);
+      pthread_mutex_init(&w->mu, NULL);
+      __atomic_store_n(&g->workers, w, __ATOMIC_RELEASE);
+    }
     w = g->workers;
-    memset(w, 0, sizeof *w);
-    w->refs = 1;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_unlock(&g->mu);
+    if (!w) return -1;
   }
-  w = g->workers;
-  pthread_mutex_unlock(&g->mu);
-  if (!w) return -1;
   pthread_mutex_lock(&w->mu);
   if (w->n == w->cap) { /* grow the ring, keeping its order */
     size_t cap = w->cap ? 2 * w->cap : 8, i;
@@ -2399,7 +2419,7 @@ int idem__guard_post(idem_guard *g, idem__work *j) {
     __atomic_store_n(&w->n, w->n + 1, __ATOMIC_RELEASE); /* a worker spins */
     /* the spinning worker takes the only job without a wake-up: it sees n
     ** while it spins, or under mu when it stops */
-    if (!w->spinner || w->n > 1) pthread_cond_signal(&w->cv);
+    if (!w->spinner || w->n > 1) wake_one(w);
   }
   pthread_mutex_unlock(&w->mu);
   return rc;

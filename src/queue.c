@@ -10,7 +10,7 @@
 **
 **   submitted --(a worker runs it)--> done (on the list) --(pop)--> popped
 **
-** Counts and the list live under q->mu.  inflight counts operations
+** The list and its count live under q->mu.  inflight counts operations
 ** submitted and not yet done; close waits for it to reach 0, so that no
 ** operation outlives its queue and no outcome is left half-written.
 **
@@ -62,7 +62,7 @@ struct idem_queue {
   int fds[2];          /* the pipe: read end, write end */
   int signalled;       /* the pipe holds its byte */
   int closing;
-  size_t inflight;    /* submitted, not done */
+  size_t inflight;    /* submitted, not done (atomic; falls under mu) */
   size_t ready;       /* done, not popped */
   qop *head, *tail;   /* the done ones, oldest first */
   qop *popped;        /* the last pop's: their errmsg is still lent */
@@ -164,7 +164,8 @@ static void op_done(qop *o) {
     while (w < 0 && errno == EINTR);
     q->signalled = 1;
   }
-  if (--q->inflight == 0) pthread_cond_broadcast(&q->idle);
+  if (__atomic_sub_fetch(&q->inflight, 1, __ATOMIC_ACQ_REL) == 0)
+    pthread_cond_broadcast(&q->idle);
   pthread_mutex_unlock(&q->mu); /* q may be closed from here on */
 }
 
@@ -226,12 +227,13 @@ static qop *op_new(idem_queue *q, int op, int flags, void *user) {
 /* Hand o to a worker.  The step (if any) is claimed already. */
 static int op_submit(qop *o) {
   idem_queue *q = o->q;
-  pthread_mutex_lock(&q->mu);
-  q->inflight++;
-  pthread_mutex_unlock(&q->mu);
+  /* not under mu: only close waits for it to fall, and close is never
+  ** called while submissions are being made */
+  __atomic_add_fetch(&q->inflight, 1, __ATOMIC_ACQ_REL);
   if (idem__guard_post(q->g, &o->work) == 0) return IDEM_OK;
   pthread_mutex_lock(&q->mu);
-  if (--q->inflight == 0) pthread_cond_broadcast(&q->idle);
+  if (__atomic_sub_fetch(&q->inflight, 1, __ATOMIC_ACQ_REL) == 0)
+    pthread_cond_broadcast(&q->idle);
   pthread_mutex_unlock(&q->mu);
   if (o->step) idem__step_unclaim(o->step);
   op_free(o);

@@ -36,6 +36,7 @@ import itertools
 import json
 import queue
 import threading
+import types
 import weakref
 from typing import Any, Awaitable, Callable, Dict, Optional, Set, Tuple
 
@@ -311,6 +312,10 @@ class _Drive:
         else:
             task = _thread_attempt(fn, a, key, is_check, t.not_applied_on,
                                    self.context, late)
+        if type(task) is tuple:  # an async tool that never had to wait
+            v = task
+            return await (self.resolve(v) if is_check
+                          else self.finish(v, ENDED))
         if not task.done():
             await asyncio.wait((task,), timeout=deadline_ms / 1000)
         if task.done():
@@ -376,10 +381,13 @@ def _on_loop(loop: Optional[asyncio.AbstractEventLoop]) -> bool:
 
 def _attempt(fn: Callable[..., Awaitable[Any]], a: Any, key: str,
              is_check: bool, not_applied_on: Tuple[type, ...] = ()
-             ) -> "asyncio.Future[Verdict]":
-    """An async tool (or status function) as a task of the running loop,
-    in the drive's context (a copy of the caller's) with current_key()
-    set.  The task's result is the verdict (outcome, result, error)."""
+             ) -> Any:
+    """An async tool (or status function), in the drive's context (a copy
+    of the caller's) with current_key() set, started at once on the
+    drive's own step (as an eager task is): one that returns without
+    having to wait is its verdict (outcome, result, error), with no task
+    made; one that waits goes on as a task of the running loop, whose
+    result is the verdict."""
     from .guard import _current_key, _verdict
 
     async def run() -> Verdict:
@@ -393,9 +401,30 @@ def _attempt(fn: Callable[..., Awaitable[Any]], a: Any, key: str,
                 raise exc
             return _verdict(value_of, is_check, not_applied_on)
         return _verdict(lambda: value, is_check)
-    t = asyncio.ensure_future(run())
+    coro = run()
+    try:
+        waits_on = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    t = asyncio.ensure_future(_go_on(coro, waits_on))
     _keep(t)
     return t
+
+
+@types.coroutine
+def _go_on(coro: Any, waits_on: Any) -> Any:
+    """The rest of a coroutine started by hand, as a task's: what it waits
+    on goes to the task, what the task sends or throws goes to it."""
+    while True:
+        try:
+            try:
+                sent = yield waits_on
+            except BaseException as e:
+                waits_on = coro.throw(e)
+            else:
+                waits_on = coro.send(sent)
+        except StopIteration as done:
+            return done.value
 
 
 def _thread_attempt(fn: Callable[..., Any], a: Any, key: str, is_check: bool,
