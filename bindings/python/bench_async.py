@@ -116,30 +116,17 @@ def async_32(d: str, tag: str, per: int, sync: bool) -> float:
         fresh(path)
 
 
-def steps_32(module: Any, d: str, tag: str, per: int) -> float:
-    """calls/s of the C step API from 32 threads (bench_replay.c)."""
-    path = os.path.join(d, "c_steps_%s.db" % tag)
+def c_32(fn: Any, what: str, d: str, tag: str, per: int) -> float:
+    """calls/s of one of bench_replay.c's 32-session figures: fn is
+    idem_bench_steps_32 (32 threads, the step API) or idem_bench_queue_32
+    (one thread, the completion queue)."""
+    path = os.path.join(d, "c_%s_%s.db" % (what, tag))
     fresh(path)
     g = idem.Guard("sqlite:" + path, None)
     try:
-        v = float(module.idem_bench_steps_32(g._g, tag.encode(), per))
+        v = float(fn(g._g, tag.encode(), per))
         if v < 0:
-            raise SystemExit("bench_async: a C step call failed")
-        return v
-    finally:
-        g.close()
-        fresh(path)
-
-
-def queue_32(module: Any, d: str, tag: str, per: int) -> float:
-    """calls/s of the completion queue from one C thread (bench_replay.c)."""
-    path = os.path.join(d, "c_queue_%s.db" % tag)
-    fresh(path)
-    g = idem.Guard("sqlite:" + path, None)
-    try:
-        v = float(module.idem_bench_queue_32(g._g, tag.encode(), per))
-        if v < 0:
-            raise SystemExit("bench_async: a C queue call failed")
+            raise SystemExit("bench_async: a C %s call failed" % what)
         return v
     finally:
         g.close()
@@ -205,8 +192,10 @@ def main() -> None:
             g32 = float(c["guard_32"]["calls_per_s"])
             a = async_32(d, "a%d" % r, o.per_task, sync=False)
             s = async_32(d, "s%d" % r, o.per_task, sync=True)
-            st = steps_32(mod, d, "c%d" % r, o.per_task)
-            qu = queue_32(mod, d, "q%d" % r, o.per_task)
+            st = c_32(mod.idem_bench_steps_32, "steps", d, "c%d" % r,
+                      o.per_task)
+            qu = c_32(mod.idem_bench_queue_32, "queue", d, "q%d" % r,
+                      o.per_task)
             rp = replays(d, o.replays)
             row = {"bench": "python_async_round", "round": r + 1,
                    "dir": d, "guard_32_calls_per_s": round(g32),
