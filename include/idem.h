@@ -457,7 +457,9 @@ IDEM_API void idem_record_free(idem_record *r);
 ** late result) is still given to idem_step_finish(), even after ANSWER: the
 ** guard records it (resolution "late").  idem_guard_call() does all of this
 ** for a tool given as functions, running the tool on a worker thread so
-** that the guard, not the tool, owns the deadline.
+** that the guard, not the tool, owns the deadline.  An event loop submits
+** the same operations to a completion queue instead (idem_queue_*, below):
+** nothing then blocks its thread.
 **
 ** A guard is safe to share between threads; a step belongs to one thread.
 ** A live step holds its guard: closing the guard first is allowed, and the
