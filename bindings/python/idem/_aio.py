@@ -41,6 +41,18 @@ import weakref
 from typing import Any, Awaitable, Callable, Dict, Optional, Set, Tuple
 
 from . import _lib as L
+from .core import _args_text, _decode, _name
+from .errors import error_for
+
+# idem.guard, which imports this module: bound at the first call (_bind)
+G: Any = None
+
+
+def _bind() -> Any:
+    global G
+    from . import guard
+    G = guard
+    return guard
 
 Verdict = Tuple[int, Optional[bytes], Optional[bytes]]
 Job = Tuple[Callable[..., Any], Tuple[Any, ...]]
@@ -132,11 +144,10 @@ class _Queue:
                  "gotp", "guard")
 
     def __init__(self, guard: Any, loop: asyncio.AbstractEventLoop) -> None:
-        from .guard import _err
         h = ctypes.c_void_p()
         rc = L.queue_open(guard._h(), ctypes.byref(h))
         if rc:
-            raise _err(guard._g, rc)
+            raise G._err(guard._g, rc)
         self.h = ctypes.c_void_p(h.value)
         self.guard = guard._g
         self.fd = L.queue_fd(self.h)
@@ -157,7 +168,6 @@ class _Queue:
         fut = loop.create_future()
         rc = fn(self.h, *args, t)
         if rc:
-            from .errors import error_for
             raise error_for(rc, L.guard_errmsg(self.guard).decode(
                 "utf-8", "replace") or L.strerror(rc).decode())
         self.waiting[t] = fut
@@ -239,7 +249,6 @@ class _Drive:
         """One operation of the step through the queue; the step's next.
         One that may end at the answer (flags not None) delivers it, in
         the outcome's commit, while the caller waits."""
-        from .errors import error_for
         assert self.q is not None
         if flags is not None:
             if not self.gone:
@@ -270,11 +279,10 @@ class _Drive:
         """What records a late tool run's verdict, by the attempt's token:
         through the queue from the loop, or (the loop gone) with the
         blocking call from the tool's own thread."""
-        from .guard import _step_token
         guard, q = self.tool.guard, self.q
         session = self.session.encode("utf-8", "surrogatepass")
         call_id = self.call_id.encode("utf-8", "surrogatepass")
-        token = _step_token(self.step)
+        token = G._step_token(self.step)
         loop = q.loop_ref() if q is not None else None
 
         def record(v: Verdict) -> None:
@@ -295,17 +303,14 @@ class _Drive:
     async def attempt(self, is_check: bool) -> int:
         """Run the tool (or its status check) within the deadline, and
         report it; the step's next."""
-        from .guard import (_step_deadline_ms, _step_args, _step_key,
-                            _step_check_target, _step_check_key, _raw_text,
-                            _decode, _outlived)
         s, t = self.step, self.tool
         fn = t.status if is_check else t.fn
         if fn is None:  # CHECK without a status function: unknown
             return await self.resolve((_UNKNOWN, None, None))
-        a = json.loads(_raw_text(s, _step_check_target if is_check
-                                 else _step_args))
-        key = _decode(_step_check_key(s) if is_check else _step_key(s))
-        deadline_ms = _step_deadline_ms(s)
+        a = json.loads(G._raw_text(s, G._step_check_target if is_check
+                                   else G._step_args))
+        key = _decode(G._step_check_key(s) if is_check else G._step_key(s))
+        deadline_ms = G._step_deadline_ms(s)
         late: list = []
         if inspect.iscoroutinefunction(fn):
             task = _attempt(fn, a, key, is_check, t.not_applied_on)
@@ -325,7 +330,7 @@ class _Drive:
         if is_check:  # the check itself: unknown (its late word is dropped:
             # "not applied" then proves nothing, SPEC 6a)
             return await self.resolve((_UNKNOWN, None, None))
-        _outlived()
+        G._outlived()
         record = self.late_recorder()
         late.append(record)
         _record_late(task, record)
@@ -334,8 +339,6 @@ class _Drive:
 
     async def run(self) -> str:
         """The call, to the envelope's text."""
-        from .guard import (_args_text, _name, _turn, _step_delay_ms,
-                            _step_envelope, _raw_text)
         t = self.tool
         try:
             self.q = _queue_for(t.guard, asyncio.get_running_loop())
@@ -344,14 +347,14 @@ class _Drive:
             # the policy names
             c = L.Call(_name(self.session, "session"),
                        _name(self.call_id, "call_id"), t._name, a, len(a),
-                       _turn(self.turn), 1 if t.status is not None else 0)
+                       G._turn(self.turn), 1 if t.status is not None else 0)
             nxt = await self.op(L.queue_begin, ctypes.byref(c))
             while nxt != _ANSWER:
                 if nxt == _WAIT:
-                    await asyncio.sleep(_step_delay_ms(self.step) / 1000)
+                    await asyncio.sleep(G._step_delay_ms(self.step) / 1000)
                     nxt = await self.op(L.queue_poll)
                 elif nxt == _EXECUTE:
-                    delay = _step_delay_ms(self.step)
+                    delay = G._step_delay_ms(self.step)
                     if delay:
                         await asyncio.sleep(delay / 1000)
                     nxt = await self.attempt(False)
@@ -361,7 +364,7 @@ class _Drive:
                 # the caller left while the answer was being recorded as
                 # delivered: undo it, the model was not told
                 await self.op(L.queue_undelivered, flags=None)
-            return _raw_text(self.step, _step_envelope)
+            return G._raw_text(self.step, G._step_envelope)
         finally:
             # answered, a failure of the log (raised), or the loop shutting
             # down under the drive: the step is freed (one the queue holds
@@ -388,7 +391,7 @@ def _attempt(fn: Callable[..., Awaitable[Any]], a: Any, key: str,
     having to wait is its verdict (outcome, result, error), with no task
     made; one that waits goes on as a task of the running loop, whose
     result is the verdict."""
-    from .guard import _current_key, _verdict
+    _current_key, _verdict = G._current_key, G._verdict
 
     async def run() -> Verdict:
         _current_key.set(key)
@@ -434,7 +437,8 @@ def _thread_attempt(fn: Callable[..., Any], a: Any, key: str, is_check: bool,
     """A plain tool (or status function) on a thread of the tool pool; a
     future of the running loop with its verdict.  When the loop is gone by
     the time it ends, what ``late`` holds records its verdict there."""
-    from .guard import _in_context, _settled, _verdict, _inflight_add
+    _in_context, _settled, _verdict = G._in_context, G._settled, G._verdict
+    _inflight_add = G._inflight_add
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
 
@@ -468,6 +472,8 @@ def _record_late(task: "asyncio.Future[Verdict]",
 async def acall(tool: Any, session: str, call_id: str, args: Any,
                 turn: Optional[str]) -> str:
     """GuardedTool.acall's body: the envelope's text."""
+    if G is None:
+        _bind()
     drive = _Drive(tool, session, call_id, args, turn,
                    contextvars.copy_context())
     task = asyncio.ensure_future(drive.run())
