@@ -42,7 +42,7 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Set, Tuple
 
 from . import _lib as L
 from .core import _args_text, _decode, _name
-from .errors import error_for
+from .errors import MisuseError, error_for
 
 # idem.guard, which imports this module: bound at the first call (_bind)
 G: Any = None
@@ -141,7 +141,7 @@ class _Queue:
     """One completion queue of one guard, read by one event loop."""
 
     __slots__ = ("h", "fd", "loop_ref", "waiting", "ids", "buf", "got",
-                 "gotp", "guard")
+                 "gotp", "guard", "closed")
 
     def __init__(self, guard: Any, loop: asyncio.AbstractEventLoop) -> None:
         h = ctypes.c_void_p()
@@ -158,12 +158,14 @@ class _Queue:
         self.buf[0].size = ctypes.sizeof(L.Completion)
         self.got = ctypes.c_size_t()
         self.gotp = ctypes.byref(self.got)
+        self.closed = False
         loop.add_reader(self.fd, self.ready)
 
     def submit(self, fn: Any, *args: Any) -> "asyncio.Future[Done]":
         """fn(q, *args, user) submitted; the future of its completion."""
         loop = self.loop_ref()
-        assert loop is not None
+        if self.closed or loop is None:
+            raise MisuseError("the guard is closed")
         t = next(self.ids)
         fut = loop.create_future()
         rc = fn(self.h, *args, t)
@@ -176,7 +178,7 @@ class _Queue:
     def ready(self) -> None:
         """The pipe is readable: settle what has completed."""
         buf, waiting, n = self.buf, self.waiting, _BATCH
-        while n == _BATCH:
+        while n == _BATCH and not self.closed:
             L.queue_pop(self.h, buf, _BATCH, self.gotp)
             n = self.got.value
             for i in range(n):
@@ -192,14 +194,26 @@ class _Queue:
 
     def close(self) -> None:
         """Stop watching (when the loop still runs), wait for the
-        operations in flight, free what was never popped."""
+        operations in flight, free what was never popped; the calls still
+        waiting for a completion fail (the guard was closed under them:
+        their operations are recorded, their steps freed)."""
         loop = self.loop_ref()
         if loop is not None and not loop.is_closed():
             try:
                 loop.remove_reader(self.fd)
             except Exception:  # a loop of another thread, shutting down
                 pass
+        self.closed = True
         L.queue_close(self.h)
+        waiting, self.waiting = self.waiting, {}
+        if not waiting or loop is None or loop.is_closed():
+            return
+        e = MisuseError("the guard was closed while the call was under way")
+        for fut in waiting.values():
+            try:
+                loop.call_soon_threadsafe(_settle_future, fut, False, e)
+            except RuntimeError:  # the loop closed meanwhile
+                break
 
 
 def _queue_for(guard: Any, loop: asyncio.AbstractEventLoop) -> _Queue:
