@@ -786,6 +786,7 @@ enum idem_op {
 /* Flags of a submission (or'ed). */
 #define IDEM_QUEUE_DELIVER 1 /* record the delivery at ANSWER (above)      */
 #define IDEM_QUEUE_ENDED 2   /* finish: idem_step_attempt_ended() first    */
+#define IDEM_QUEUE_INLINE 4  /* begin: a replay on the calling thread      */
 
 /* One finished operation, filled by idem_queue_pop().  The caller sets
 ** size in c[0] only: it is the stride of the array (sizeof(idem_completion)
@@ -827,7 +828,15 @@ IDEM_API size_t idem_queue_pending(const idem_queue *q);
 ** EXECUTE, the log's failure - is the completion's rc and errmsg.
 ** Strings and bytes are copied before the call returns.
 */
-/* idem_guard_begin() (call is copied; flags: IDEM_QUEUE_DELIVER). */
+/* idem_guard_begin() (call is copied; flags: IDEM_QUEUE_DELIVER,
+** IDEM_QUEUE_INLINE).  With IDEM_QUEUE_INLINE the log is read once on the
+** calling thread: when it holds this call's outcome settled and already
+** told, the begin is a replay that only reads, and it runs right there -
+** its completion is ready (the fd readable) when this returns, with no
+** thread hand-off; anything else goes to a worker as usual.  For a log
+** whose reads do not wait (SQLite in WAL mode: readers never wait for the
+** writer); not for PostgreSQL, where that read is a network round trip on
+** the host's thread. */
 IDEM_API int idem_queue_begin(idem_queue *q, const idem_call *call,
                               int flags, void *user);
 /* idem_step_finish(), after idem_step_attempt_ended() with

@@ -1290,6 +1290,21 @@ void idem__guard_errclear(idem_guard *g) {
   if (e) e->msg[0] = '\0';
 }
 
+int idem__guard_told(idem_guard *g, const char *session,
+                     const char *call_id) {
+  idem_record *r = NULL;
+  int yes;
+  if (!session || !call_id || g->st->vt->get(g->st, session, call_id, &r))
+    return 0;
+  /* decide_existing answers these from the record, and a delivery stamp
+  ** of a told one changes nothing: begin only reads */
+  yes = (r->state == IDEM_STATE_SUCCEEDED || r->state == IDEM_STATE_FAILED ||
+         r->state == IDEM_STATE_DEDUPLICATED) &&
+        r->delivered != 0;
+  idem_record_free(r);
+  return yes;
+}
+
 int idem__step_claim(idem_step *s, const idem_guard *g) {
   if (!s || s->magic != STEP_MAGIC || s->g != g) return IDEM_MISUSE;
   return __atomic_exchange_n(&s->queued, 1, __ATOMIC_ACQ_REL) ? IDEM_MISUSE

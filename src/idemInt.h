@@ -567,6 +567,9 @@ void idem__guard_release(idem_guard *g);
 /* Empty the calling thread's idem_guard_errmsg(g), so that a failure
 ** that sets no message is not read as an earlier one's. */
 void idem__guard_errclear(idem_guard *g);
+/* Is session/call_id recorded settled and told, so that a begin of it only
+** reads the log (a replay)?  One read; 0 on any doubt. */
+int idem__guard_told(idem_guard *g, const char *session, const char *call_id);
 /* Mark s as held by a queue: IDEM_MISUSE when s is not a step of g, or one
 ** is held already.  unclaim gives it back. */
 int idem__step_claim(idem_step *s, const idem_guard *g);

@@ -44,6 +44,7 @@ typedef struct qop {
   idem_queue *q;
   struct qop *next;
   int op, flags, rc;
+  int here; /* run on the submitting thread (IDEM_QUEUE_INLINE) */
   int outcome, ended; /* LATE: the token is token, the ids in call */
   long long token;
   void *user;
@@ -174,7 +175,8 @@ static void op_run(idem__work *w) {
   idem_guard *g = o->q->g;
   idem_step *s = o->step;
   int rc = IDEM_OK, deliver = (o->flags & IDEM_QUEUE_DELIVER) != 0;
-  idem__guard_errclear(g);
+  if (!o->here) /* on the host's thread, its own words stay */
+    idem__guard_errclear(g);
   switch (o->op) {
   case IDEM_OP_BEGIN:
     rc = idem_guard_begin(g, &o->call, &o->step);
@@ -224,12 +226,18 @@ static qop *op_new(idem_queue *q, int op, int flags, void *user) {
   return o;
 }
 
-/* Hand o to a worker.  The step (if any) is claimed already. */
-static int op_submit(qop *o) {
+/* Hand o to a worker (or run it here: inline).  The step (if any) is
+** claimed already. */
+static int op_submit(qop *o, int inline_) {
   idem_queue *q = o->q;
   /* not under mu: only close waits for it to fall, and close is never
   ** called while submissions are being made */
   __atomic_add_fetch(&q->inflight, 1, __ATOMIC_ACQ_REL);
+  if (inline_) {
+    o->here = 1;
+    op_run(&o->work);
+    return IDEM_OK;
+  }
   if (idem__guard_post(q->g, &o->work) == 0) return IDEM_OK;
   pthread_mutex_lock(&q->mu);
   if (__atomic_sub_fetch(&q->inflight, 1, __ATOMIC_ACQ_REL) == 0)
@@ -260,7 +268,7 @@ static int step_op(idem_queue *q, idem_step *s, int op, int outcome,
   o->step = s;
   o->outcome = outcome;
   o->result_len = result_len;
-  return op_submit(o);
+  return op_submit(o, 0);
 }
 
 int idem_queue_begin(idem_queue *q, const idem_call *call, int flags,
@@ -287,7 +295,9 @@ int idem_queue_begin(idem_queue *q, const idem_call *call, int flags,
     op_free(o);
     return IDEM_NOMEM;
   }
-  return op_submit(o);
+  /* a replay of a told outcome only reads: here, no hand-off */
+  return op_submit(o, (flags & IDEM_QUEUE_INLINE) &&
+                          idem__guard_told(q->g, c->session, c->call_id));
 }
 
 int idem_queue_finish(idem_queue *q, idem_step *s, int outcome,
@@ -338,7 +348,7 @@ int idem_queue_late(idem_queue *q, const char *session, const char *call_id,
   o->outcome = outcome;
   o->result_len = result_len;
   o->ended = ended;
-  return op_submit(o);
+  return op_submit(o, 0);
 }
 
 /* ---- completions ---------------------------------------------------------- */

@@ -13,6 +13,7 @@
 **   delivery   IDEM_QUEUE_DELIVER records the delivery in the outcome's
 **              commit; without it nothing is told until delivered, and
 **              undelivered undoes it.
+**   inline     a replay of a told outcome runs in its submission.
 **   late       a result past the deadline settles the action by token.
 **   close      closed with finishes (and begins) in flight, never popped:
 **              every outcome is in the log, nothing leaks (ASan build).
@@ -329,6 +330,53 @@ static idem_step *run_once(idem_queue *q, const char *call_id, int flags) {
   return s;
 }
 
+/* A replay of a told outcome, inline: ready when the submission returns. */
+static void test_inline_replay(void) {
+  idem_guard *g = open_guard();
+  idem_queue *q = NULL;
+  idem_completion c[1];
+  idem_call k = refund_call("i", "r1", ARGS);
+  struct pollfd p;
+  CHECK_INT(idem_queue_open(g, &q), IDEM_OK);
+  /* not recorded yet: a worker's, as without the flag */
+  CHECK_INT(idem_queue_begin(q, &k, IDEM_QUEUE_DELIVER | IDEM_QUEUE_INLINE,
+                             NULL),
+            IDEM_OK);
+  pop_n(q, c, 1);
+  CHECK_INT(c[0].next, IDEM_NEXT_EXECUTE);
+  CHECK_INT(idem_queue_finish(q, c[0].step, IDEM_OUTCOME_APPLIED, "{}", 2,
+                              NULL, IDEM_QUEUE_DELIVER, NULL),
+            IDEM_OK);
+  pop_n(q, c, 1);
+  CHECK_INT(c[0].answer, IDEM_ANSWER_SUCCEEDED);
+  idem_step_free(c[0].step);
+  /* told: the replay runs in the submission */
+  CHECK_INT(idem_queue_begin(q, &k, IDEM_QUEUE_DELIVER | IDEM_QUEUE_INLINE,
+                             &k),
+            IDEM_OK);
+  p.fd = idem_queue_fd(q);
+  p.events = POLLIN;
+  p.revents = 0;
+  CHECK_INT(poll(&p, 1, 0), 1);
+  {
+    size_t got = 0;
+    c[0].size = sizeof c[0];
+    CHECK_INT(idem_queue_pop(q, c, 1, &got), IDEM_OK);
+    CHECK_INT(got, 1);
+  }
+  CHECK(c[0].user == &k);
+  CHECK_INT(c[0].rc, IDEM_OK);
+  CHECK_INT(c[0].answer, IDEM_ANSWER_SUCCEEDED);
+  {
+    size_t n = 0;
+    const char *env = idem_step_envelope(c[0].step, &n);
+    CHECK(env && strstr(env, "\"replayed\":true") != NULL);
+  }
+  idem_step_free(c[0].step);
+  idem_queue_close(q);
+  idem_guard_close(g);
+}
+
 static void test_delivery(void) {
   idem_guard *g = open_guard();
   idem_queue *q = NULL;
@@ -443,6 +491,7 @@ int main(int argc, char **argv) {
   test_loop();
   test_errors();
   test_delivery();
+  test_inline_replay();
   test_late();
   test_close_in_flight();
   return check_done();

@@ -121,7 +121,7 @@ _UNKNOWN = 4  # IDEM_OUTCOME_UNKNOWN (guard.Outcome.UNKNOWN)
 # enum idem_next
 _ANSWER, _EXECUTE, _CHECK, _WAIT = 1, 2, 3, 4
 # the submission flags (IDEM_QUEUE_*)
-DELIVER, ENDED = 1, 2
+DELIVER, ENDED, INLINE = 1, 2, 4
 
 # tasks and drives that outlive their caller: kept until they end
 _detached: Set["asyncio.Future[Any]"] = set()
@@ -141,7 +141,7 @@ class _Queue:
     """One completion queue of one guard, read by one event loop."""
 
     __slots__ = ("h", "fd", "loop_ref", "waiting", "ids", "buf", "got",
-                 "gotp", "guard", "closed")
+                 "gotp", "guard", "closed", "inline")
 
     def __init__(self, guard: Any, loop: asyncio.AbstractEventLoop) -> None:
         h = ctypes.c_void_p()
@@ -159,6 +159,10 @@ class _Queue:
         self.got = ctypes.c_size_t()
         self.gotp = ctypes.byref(self.got)
         self.closed = False
+        # a replay of a told outcome runs in its submission, on the loop:
+        # a read of SQLite's WAL never waits; PostgreSQL's is a round trip
+        log = L.guard_log(guard._g) or b""
+        self.inline = 0 if log.startswith(b"postgres") else INLINE
         loop.add_reader(self.fd, self.ready)
 
     def submit(self, fn: Any, *args: Any) -> "asyncio.Future[Done]":
@@ -258,11 +262,11 @@ class _Drive:
         self.q: Optional[_Queue] = None
         self.told = False  # the last operation was asked to deliver
 
-    async def op(self, fn: Any, *args: Any, flags: Optional[int] = 0
-                 ) -> int:
-        """One operation of the step through the queue; the step's next.
-        One that may end at the answer (flags not None) delivers it, in
-        the outcome's commit, while the caller waits."""
+    def send(self, fn: Any, *args: Any, flags: Optional[int] = 0
+             ) -> "asyncio.Future[Done]":
+        """Submit one operation of the step (the step is the queue's until
+        it lands).  One that may end at the answer (flags not None)
+        delivers it, in the outcome's commit, while the caller waits."""
         assert self.q is not None
         if flags is not None:
             if not self.gone:
@@ -272,12 +276,41 @@ class _Drive:
         s, self.step = self.step, None
         if s is None:  # begin makes the step
             fut = self.q.submit(fn, *args)
-        else:
-            fut = self.q.submit(fn, s, *args)
-        rc, self.step, nxt, err = await fut
+            if flags and flags & INLINE:
+                self.q.ready()  # a replay is done already: no loop turn
+            return fut
+        return self.q.submit(fn, s, *args)
+
+    def landed(self, done: Done) -> int:
+        """An operation's completion: the step back, its next."""
+        rc, self.step, nxt, err = done
         if rc:
             raise error_for(rc, err or L.strerror(rc).decode())
         return nxt
+
+    async def op(self, fn: Any, *args: Any, flags: Optional[int] = 0
+                 ) -> int:
+        """One operation of the step through the queue; the step's next."""
+        return self.landed(await self.send(fn, *args, flags=flags))
+
+    def begin(self) -> "asyncio.Future[Done]":
+        """Submit the begin (on the loop, at once); its future."""
+        t = self.tool
+        self.q = _queue_for(t.guard, asyncio.get_running_loop())
+        a = _args_text(self.args)
+        # a status function given in code is a status check, whatever the
+        # policy names
+        c = L.Call(_name(self.session, "session"),
+                   _name(self.call_id, "call_id"), t._name, a, len(a),
+                   G._turn(self.turn), 1 if t.status is not None else 0)
+        return self.send(L.queue_begin, ctypes.byref(c), flags=self.q.inline)
+
+    def answered(self) -> str:
+        """The envelope's text, the step freed."""
+        text = G._raw_text(self.step, G._step_envelope)
+        L.step_free(self.step)
+        self.step = None
+        return text
 
     def finish(self, v: Verdict, flags: int) -> Awaitable[int]:
         outcome, result, error = v
@@ -351,18 +384,10 @@ class _Drive:
         return await self.finish(
             (_UNKNOWN, None, b"no answer within %d ms" % deadline_ms), 0)
 
-    async def run(self) -> str:
-        """The call, to the envelope's text."""
-        t = self.tool
+    async def run(self, begun: "asyncio.Future[Done]") -> str:
+        """The call from its begin on, to the envelope's text."""
         try:
-            self.q = _queue_for(t.guard, asyncio.get_running_loop())
-            a = _args_text(self.args)
-            # a status function given in code is a status check, whatever
-            # the policy names
-            c = L.Call(_name(self.session, "session"),
-                       _name(self.call_id, "call_id"), t._name, a, len(a),
-                       G._turn(self.turn), 1 if t.status is not None else 0)
-            nxt = await self.op(L.queue_begin, ctypes.byref(c))
+            nxt = self.landed(await begun)
             while nxt != _ANSWER:
                 if nxt == _WAIT:
                     await asyncio.sleep(G._step_delay_ms(self.step) / 1000)
@@ -378,7 +403,7 @@ class _Drive:
                 # the caller left while the answer was being recorded as
                 # delivered: undo it, the model was not told
                 await self.op(L.queue_undelivered, flags=None)
-            return G._raw_text(self.step, G._step_envelope)
+            return self.answered()
         finally:
             # answered, a failure of the log (raised), or the loop shutting
             # down under the drive: the step is freed (one the queue holds
@@ -490,7 +515,17 @@ async def acall(tool: Any, session: str, call_id: str, args: Any,
         _bind()
     drive = _Drive(tool, session, call_id, args, turn,
                    contextvars.copy_context())
-    task = asyncio.ensure_future(drive.run())
+    begun = drive.begin()
+    if begun.done() and begun.result()[2] == _ANSWER:
+        # answered in the submission (a replay): no task to drive it
+        try:
+            drive.landed(begun.result())
+            return drive.answered()
+        finally:
+            if drive.step:
+                L.step_free(drive.step)
+                drive.step = None
+    task = asyncio.ensure_future(drive.run(begun))
     _keep(task)
     try:
         return await asyncio.shield(task)

@@ -268,6 +268,7 @@ def _qfn(name: str, restype: Any, *argtypes: Any) -> Any:
     return f
 
 
+guard_log = _fn("idem_guard_log", c_char_p, c_void_p)
 queue_open = _fn("idem_queue_open", c_int, c_void_p, PP)
 queue_close = _fn("idem_queue_close", None, c_void_p)
 queue_fd = _qfn("idem_queue_fd", c_int, c_void_p)

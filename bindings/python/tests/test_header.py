@@ -172,6 +172,7 @@ class Header(unittest.TestCase):
         self.assertEqual(_aio.DELIVER, define(self.text,
                                               "IDEM_QUEUE_DELIVER"))
         self.assertEqual(_aio.ENDED, define(self.text, "IDEM_QUEUE_ENDED"))
+        self.assertEqual(_aio.INLINE, define(self.text, "IDEM_QUEUE_INLINE"))
 
     def test_tool_classes(self):
         want = by_suffix(enum(self.text, "idem_class"), "IDEM_CLASS_")
