@@ -713,11 +713,11 @@ IDEM_API int idem_guard_resolve(idem_guard *g, const char *session,
 /* ---------------------------------------------------------------------------
 ** The completion queue: the step API for an event loop (Node, asyncio,
 ** libuv, epoll).  The operations of a step that write the log - begin,
-** finish, resolve, poll, delivered, undelivered - are submitted without
-** blocking and run on the guard's own worker threads (the threads of
-** idem_guard_call, so that the log groups the commits of every caller
-** that is there at once); each ends in a completion that the host pops
-** without blocking.  Readiness is a pipe: idem_queue_fd() is readable
+** finish, resolve, poll, delivered, undelivered, a late result - are
+** submitted without blocking and run on the guard's own worker threads
+** (the threads of idem_guard_call, so that the log groups the commits of
+** every caller that is there at once); each ends in a completion that the
+** host pops without blocking.  Readiness is a pipe: idem_queue_fd() is readable
 ** exactly while completions wait to be popped.  Watch it with the loop
 ** (Node: new net.Socket({fd}); Python: loop.add_reader; poll(2)); never
 ** read it or close it yourself.
@@ -733,13 +733,13 @@ IDEM_API int idem_guard_resolve(idem_guard *g, const char *session,
 **     CHECK:   run the check, then idem_queue_resolve(...)
 **     WAIT:    after idem_step_delay_ms(s) (the host's timer),
 **              idem_queue_poll(q, s, flags, u)
-**     ANSWER:  read idem_step_envelope(s); idem_step_free(s) - or keep s
-**              to finish it late (a result past the deadline)
+**     ANSWER:  read idem_step_envelope(s); idem_step_free(s)
 **   idem_queue_close(q);
 **
-** A result that comes after the deadline (the step answered
-** outcome_unknown meanwhile) goes to idem_queue_late() with the step's
-** token.
+** A result that comes after the deadline (the step finished UNKNOWN
+** meanwhile) goes to idem_queue_late() with the attempt's token: read
+** idem_step_token(s) before that finish, as the step may walk on (a
+** retry) or be freed before the result comes.
 **
 ** Each completion carries the return code of its operation and its own
 ** error text, taken on the worker thread that ran it (not the host

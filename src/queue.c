@@ -146,7 +146,7 @@ size_t idem_queue_pending(const idem_queue *q) {
   return n;
 }
 
-/* ---- on a worker thread --------------------------------------------------- */
+/* ---- on a worker thread -------------------------------------------------- */
 
 /* o is done: onto the list, the pipe's byte written if it was empty. */
 static void op_done(qop *o) {
@@ -211,7 +211,7 @@ static void op_run(idem__work *w) {
   op_done(o);
 }
 
-/* ---- submissions ---------------------------------------------------------- */
+/* ---- submissions --------------------------------------------------------- */
 
 static qop *op_new(idem_queue *q, int op, int flags, void *user) {
   qop *o;
@@ -351,7 +351,7 @@ int idem_queue_late(idem_queue *q, const char *session, const char *call_id,
   return op_submit(o, 0);
 }
 
-/* ---- completions ---------------------------------------------------------- */
+/* ---- completions --------------------------------------------------------- */
 
 int idem_queue_pop(idem_queue *q, idem_completion *c, size_t n,
                    size_t *got) {
