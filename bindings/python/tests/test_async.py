@@ -309,3 +309,38 @@ class Async(LogTest):
             for i in range(8):
                 self.assertIn(again.record("s9", "c%d" % i)["state"],
                               ("pending", "succeeded"))
+
+    def test_a_caller_that_leaves_during_the_commit_is_not_told(self):
+        # the caller is cancelled after its tool returned, while the
+        # outcome (with the delivery, in one commit) is being written: the
+        # delivery is undone, so the model's re-issue is fenced
+        led = Ledger()
+        with self.guard() as g:
+            @g.tool("refund_payment")
+            async def refund(args, key):
+                led.keys.append(key)
+                asyncio.get_running_loop().call_soon(caller.cancel)
+                return {"refund_id": "re_1"}
+
+            async def main():
+                nonlocal caller
+                caller = asyncio.ensure_future(refund.acall("s10", "c1", ARGS))
+                try:
+                    await caller
+                    return "answered"
+                except asyncio.CancelledError:
+                    pass
+                for _ in range(200):  # the drive goes on to its end
+                    if g.record("s10", "c1")["state"] != "pending":
+                        break
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.2)  # and undoes the delivery
+                return "cancelled"
+            caller = None
+            self.assertEqual(asyncio.run(main()), "cancelled")
+            rec = g.record("s10", "c1")
+            self.assertEqual(rec["state"], "succeeded")
+            self.assertEqual(rec["delivered"], 0)  # not told
+            env = refund("s10", "c2", ARGS, turn="t10")
+            self.assertEqual(env["status"], "already_applied")
+            self.assertEqual(led.count(), 1)
