@@ -5,10 +5,25 @@ task still lands and is recorded, a cancelled caller does not cancel the
 attempt, and contextvars (and idem.current_key()) are seen inside tools."""
 import asyncio
 import contextvars
+import os
+import subprocess
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.support import idem, ARGS, NOCHECK_POLICY, policy, LogTest
+from tests.support import idem, ARGS, NOCHECK_POLICY, SCALE, policy, LogTest
+
+# Another process holds the log's write lock for HOLD_S, then lets go.
+LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=5)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+HOLD_S = 0.4
 
 request_id = contextvars.ContextVar("request_id", default=None)
 
@@ -178,3 +193,157 @@ class Async(LogTest):
             self.assertEqual(seen, [("req-42", True), ("req-43", True),
                                     ("req-43", True)])
             self.assertIsNone(idem.current_key())
+
+    def test_no_thread_per_call(self):
+        # 200 calls in flight at once: their log operations go through the
+        # C library's completion queue, so Python starts no thread for them
+        led = Ledger()
+        with self.guard() as g:
+            @g.tool("refund_payment")
+            async def refund(args, key):
+                waiting.append(key)
+                await gate.wait()
+                led.keys.append(key)
+                return {"refund_id": "re_%d" % led.count()}
+
+            async def main():
+                nonlocal gate
+                gate = asyncio.Event()
+                before = threading.active_count()
+                calls = [asyncio.ensure_future(refund.acall(
+                    "s7", "c%d" % i, '{"order_id":"o%d"}' % i))
+                    for i in range(200)]
+                while len(waiting) < 200:
+                    await asyncio.sleep(0.01)  # each call's tool is waiting
+                during = threading.active_count()
+                gate.set()
+                envs = await asyncio.gather(*calls)
+                return before, during, envs
+            gate, waiting = None, []
+            before, during, envs = asyncio.run(main())
+            self.assertLessEqual(during, before + 1, (before, during))
+            self.assertEqual([e["status"] for e in envs],
+                             ["succeeded"] * 200)
+            self.assertEqual(len(set(led.keys)), 200)
+
+    def test_the_loop_beats_while_the_log_is_locked(self):
+        # 32 calls wait for a log another process holds: a 1 ms heartbeat
+        # of the loop keeps its largest gap under 20 ms meanwhile
+        led = Ledger()
+        log = self.log()
+        with idem.Guard(log, policy(NOCHECK_POLICY, 5000)) as g:
+            @g.tool("refund_payment")
+            async def refund(args, key):
+                led.keys.append(key)
+                return {"refund_id": "re_%d" % led.count()}
+            refund("warm", "c0", '{"order_id":"warm"}')  # the log exists
+            locker = subprocess.Popen(
+                [sys.executable, "-c", LOCKER, log[len("sqlite:"):],
+                 str(HOLD_S)], stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(locker.stdout.readline().strip(), "locked")
+
+                async def main():
+                    gaps = []
+                    stop = False
+
+                    async def heartbeat():
+                        last = time.perf_counter()
+                        while not stop:
+                            await asyncio.sleep(0.001)
+                            now = time.perf_counter()
+                            gaps.append(now - last)
+                            last = now
+                    hb = asyncio.ensure_future(heartbeat())
+                    await asyncio.sleep(0.02)
+                    t0 = time.perf_counter()
+                    envs = await asyncio.gather(*[refund.acall(
+                        "s8", "c%d" % i, '{"order_id":"o%d"}' % i)
+                        for i in range(32)])
+                    waited = time.perf_counter() - t0
+                    stop = True
+                    await hb
+                    return envs, waited, max(gaps), len(gaps)
+                envs, waited, worst, beats = asyncio.run(main())
+                if os.environ.get("IDEM_TEST_VERBOSE"):
+                    print("worst gap %.2f ms, %d beats, waited %.0f ms"
+                          % (worst * 1000, beats, waited * 1000))
+            finally:
+                locker.wait(10)
+                locker.stdout.close()
+            self.assertEqual([e["status"] for e in envs],
+                             ["succeeded"] * 32)
+            self.assertEqual(len(led.keys), 33)
+            # they did wait for the lock (most of HOLD_S), and the loop
+            # beat all along
+            self.assertGreater(waited, HOLD_S / 2, waited)
+            self.assertGreater(beats, 20, beats)
+            # 20 ms; the sanitizer build (SCALE < 1) slows the interpreter
+            # itself, whose every allocation ASan intercepts
+            self.assertLess(worst, 0.020 / min(SCALE, 1.0),
+                            "largest gap %.1f ms over %d beats"
+                            % (worst * 1000, beats))
+
+    def test_the_guard_closed_under_calls_in_flight(self):
+        # closed while calls wait on the queue: they fail with words, the
+        # loop goes on, and what was submitted is recorded
+        g = self.guard()
+
+        @g.tool("refund_payment")
+        async def refund(args, key):
+            return {"refund_id": "re_1"}
+
+        async def main():
+            calls = [asyncio.ensure_future(refund.acall(
+                "s9", "c%d" % i, '{"order_id":"o%d"}' % i)) for i in range(8)]
+            while not g._queues or len(
+                    next(iter(g._queues.values())).waiting) < 8:
+                await asyncio.sleep(0)  # until every begin is submitted
+            g.close()
+            return await asyncio.gather(*calls, return_exceptions=True)
+        out = asyncio.run(main())
+        self.assertEqual(len(out), 8)
+        for r in out:
+            self.assertIsInstance(r, idem.MisuseError)
+            self.assertIn("closed", str(r))
+        # every operation submitted before the close was carried out: each
+        # call is recorded, begun (pending) or finished (succeeded)
+        with idem.Guard(self.dir + "/log%d.db" % self.n) as again:
+            for i in range(8):
+                self.assertIn(again.record("s9", "c%d" % i)["state"],
+                              ("pending", "succeeded"))
+
+    def test_a_caller_that_leaves_during_the_commit_is_not_told(self):
+        # the caller is cancelled after its tool returned, while the
+        # outcome (with the delivery, in one commit) is being written: the
+        # delivery is undone, so the model's re-issue is fenced
+        led = Ledger()
+        with self.guard() as g:
+            @g.tool("refund_payment")
+            async def refund(args, key):
+                led.keys.append(key)
+                asyncio.get_running_loop().call_soon(caller.cancel)
+                return {"refund_id": "re_1"}
+
+            async def main():
+                nonlocal caller
+                caller = asyncio.ensure_future(refund.acall("s10", "c1", ARGS))
+                try:
+                    await caller
+                    return "answered"
+                except asyncio.CancelledError:
+                    pass
+                for _ in range(200):  # the drive goes on to its end
+                    if g.record("s10", "c1")["state"] != "pending":
+                        break
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.2)  # and undoes the delivery
+                return "cancelled"
+            caller = None
+            self.assertEqual(asyncio.run(main()), "cancelled")
+            rec = g.record("s10", "c1")
+            self.assertEqual(rec["state"], "succeeded")
+            self.assertEqual(rec["delivered"], 0)  # not told
+            env = refund("s10", "c2", ARGS, turn="t10")
+            self.assertEqual(env["status"], "already_applied")
+            self.assertEqual(led.count(), 1)
