@@ -571,6 +571,15 @@ IDEM_API int idem_step_delivered(idem_step *s);
 IDEM_API int idem_step_undelivered(idem_step *s);
 IDEM_API void idem_step_free(idem_step *s);
 
+/* Why the last call on s that failed (idem_guard_begin when it made s,
+** idem_step_finish, _resolve, _poll, _delivered, _undelivered) failed:
+** idem_guard_errmsg() of the thread it ran on, as it was then; "" when
+** the last such call succeeded.  For hosts whose calls of one step run on
+** whatever thread a pool gives (a binding's async calls): the step keeps
+** the text, so it can be read on another thread.  Borrowed until the
+** next call on s.  (Added after 0.4.0.) */
+IDEM_API const char *idem_step_errmsg(const idem_step *s);
+
 /* Accessors; strings are borrowed until the next call on s. */
 IDEM_API const char *idem_step_key(const idem_step *s);
 /* The arguments to send: canonical, the key written into key_arg. */
