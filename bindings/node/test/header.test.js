@@ -1,0 +1,85 @@
+// The binding's tables against include/idem.h, read at test time: the
+// error classes against IDEM_STATUS_MAP, the enums the driver uses, and
+// the layout of idem_call as koffi lays it out against the compiler's (a
+// small C program printing sizeof and offsetof, compiled here).
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import koffi from 'koffi';
+import { ERRORS, IdemError, JSONError, StoreError } from '../src/errors.js';
+import { NEXT, OUTCOME } from '../src/driver.js';
+import { lib } from '../src/lib.js';
+
+const REPO = fileURLToPath(new URL('../../../', import.meta.url));
+const HEADER = fs.readFileSync(path.join(REPO, 'include', 'idem.h'), 'utf8');
+
+test('one error class per status code of the header, with its name', () => {
+  const rows = [...HEADER.matchAll(/X\((\w+), (\d+), "(\w+)", "[^"]*"\)/g)]
+    .map((m) => [Number(m[2]), m[3]]);
+  assert.ok(rows.length >= 25, `read ${rows.length} codes`);
+  for (const [code, name] of rows) {
+    if (code === 0) continue;
+    const cls = ERRORS.get(code);
+    assert.ok(cls, `no class for code ${code} (${name})`);
+    assert.equal(cls.status, name, `code ${code}`);
+    assert.equal(cls.code, code);
+    assert.ok(new cls('x') instanceof IdemError);
+  }
+  assert.equal(ERRORS.size, rows.length - 1, 'no class for a code the ' +
+    'header does not have');
+  assert.ok(new (ERRORS.get(24))('x') instanceof JSONError);
+  assert.ok(new (ERRORS.get(43))('x') instanceof StoreError);
+  // and the library agrees at run time
+  const L = lib();
+  for (const [code, name] of rows) assert.equal(L.status_name(code), name);
+});
+
+function enumOf(name) {
+  const body = HEADER.match(new RegExp(`enum ${name} \\{([^}]*)\\}`))[1];
+  return Object.fromEntries([...body.matchAll(/IDEM_\w+?_(\w+) = (\d+)/g)]
+    .map((m) => [m[1], Number(m[2])]));
+}
+
+test('the enums the driver uses are the header\'s', () => {
+  assert.deepEqual(NEXT, enumOf('idem_next'));
+  assert.deepEqual(OUTCOME, enumOf('idem_outcome'));
+});
+
+test('idem_call as koffi lays it out is the compiler\'s', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idem-layout-'));
+  try {
+    // the layout does not depend on the version header, which a build makes
+    fs.writeFileSync(path.join(dir, 'idem_version.h'), '');
+    const fields = ['size', 'session', 'call_id', 'tool', 'args', 'args_len',
+      'turn', 'own_check'];
+    fs.writeFileSync(path.join(dir, 'layout.c'), [
+      '#include <stddef.h>', '#include <stdio.h>', '#include "idem.h"',
+      'int main(void) {',
+      '  printf("sizeof %zu\\n", sizeof(idem_call));',
+      ...fields.map((f) =>
+        `  printf("${f} %zu\\n", offsetof(idem_call, ${f}));`),
+      '  return 0;', '}', ''].join('\n'));
+    const exe = path.join(dir, 'layout');
+    execFileSync(process.env.CC || 'cc', ['-I', path.join(REPO, 'include'),
+      '-I', dir, '-o', exe, path.join(dir, 'layout.c')]);
+    const c = Object.fromEntries(execFileSync(exe, { encoding: 'utf8' })
+      .trim().split('\n').map((l) => l.split(' '))
+      .map(([k, v]) => [k, Number(v)]));
+    const { Call, callSize } = lib();
+    assert.equal(callSize, c.sizeof);
+    assert.equal(koffi.sizeof(Call), c.sizeof);
+    for (const f of fields)
+      assert.equal(koffi.offsetof(Call, f), c[f], `offsetof ${f}`);
+    // the header's field list is exactly the binding's
+    const body = HEADER.match(/typedef struct idem_call \{([\s\S]*?)\} idem_call;/)[1]
+      .replace(/\/\*[\s\S]*?\*\//g, '');
+    const declared = [...body.matchAll(/(\w+);/g)].map((m) => m[1]);
+    assert.deepEqual(declared, fields);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
