@@ -3,7 +3,7 @@
 // AbortSignal, a failed call's text, a missing library.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Guard, currentKey, Rejected, StoreError, IdemError,
   MisuseError } from '../src/index.js';
@@ -156,5 +156,39 @@ test('a tool that rejects: failed, and the error is the model\'s', async () => {
   const e = await t.call({ session: 's', callId: 'c1' }, {});
   assert.equal(e.status, 'failed');
   assert.match(e.text, /card expired/);
+  await guard.close();
+});
+
+test('the event loop is never blocked: a 1 ms heartbeat while 32 calls ' +
+  'wait on a log another process holds', async () => {
+  const { log, guard } = guardOn('heartbeat');
+  const l = ledger();
+  const t = guard.tool('refund', (a) => l.refund(a));
+  await t.call({ session: 's', callId: 'warm' }, { order: 'w' });
+  const holder = spawn('sqlite3', [log.file], { stdio: ['pipe', 'pipe',
+    'inherit'] });
+  holder.stdin.write('BEGIN EXCLUSIVE; SELECT \'held\';\n');
+  await new Promise((res) => holder.stdout.once('data', res));
+  let last = performance.now();
+  let gap = 0;
+  const beat = setInterval(() => {
+    const now = performance.now();
+    gap = Math.max(gap, now - last);
+    last = now;
+  }, 1);
+  const t0 = performance.now();
+  const calls = Promise.allSettled(Array.from({ length: 32 }, (_, i) =>
+    t.call({ session: 's', callId: `c${i}` }, { order: `o${i}` })));
+  setTimeout(() => holder.stdin.end('COMMIT;\n'), 300);
+  const rs = await calls;
+  const took = performance.now() - t0;
+  clearInterval(beat);
+  assert.ok(took >= 250, `the calls waited for the lock (${took} ms)`);
+  assert.ok(gap < 20, `largest gap ${gap.toFixed(1)} ms`);
+  const ok = rs.filter((r) => r.status === 'fulfilled' &&
+    r.value.status === 'succeeded').length;
+  assert.equal(ok, 32, JSON.stringify(rs.find((r) => r.status !==
+    'fulfilled' || r.value.status !== 'succeeded')));
+  assert.equal(l.applied.length, 33);
   await guard.close();
 });
