@@ -64,9 +64,13 @@ test('idem_call as koffi lays it out is the compiler\'s', () => {
         `  printf("${f} %zu\\n", offsetof(idem_call, ${f}));`),
       '  return 0;', '}', ''].join('\n'));
     const exe = path.join(dir, 'layout');
+    // the compiler and the program are not this process: without the
+    // sanitizer's preload of the sanitizer build
+    const env = { ...process.env };
+    delete env.LD_PRELOAD;
     execFileSync(process.env.CC || 'cc', ['-I', path.join(REPO, 'include'),
-      '-I', dir, '-o', exe, path.join(dir, 'layout.c')]);
-    const c = Object.fromEntries(execFileSync(exe, { encoding: 'utf8' })
+      '-I', dir, '-o', exe, path.join(dir, 'layout.c')], { env });
+    const c = Object.fromEntries(execFileSync(exe, { encoding: 'utf8', env })
       .trim().split('\n').map((l) => l.split(' '))
       .map(([k, v]) => [k, Number(v)]));
     const { Call, callSize } = lib();
