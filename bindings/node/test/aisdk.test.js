@@ -109,3 +109,23 @@ test('generateText: the next step\'s re-issue after outcome_unknown is ' +
   assert.equal(l.applied.length, 1, 'one refund');
   await guard.close();
 });
+
+test('across steps: a told success is a new decision, unless ' +
+  'repeat_window_s', async () => {
+  const a = { order: 'o7', amount: 7 };
+  for (const [window, refunds] of [[0, 2], [600, 1]]) {
+    const { guard } = guardOn(`aiWindow${window}`,
+      refundPolicy({ coalesce_ms: 0, repeat_window_s: window }));
+    const l = ledger();
+    const r = await generateText({
+      model: scripted([[call('c1', a)], [call('c2', a)]]),
+      tools: { refund: refundTool(guard, l) },
+      prompt: 'refund order o7', stopWhen: stepCountIs(4),
+    });
+    const out = r.steps.map((s) => s.toolResults[0]?.output.status);
+    assert.deepEqual(out.slice(0, 2), ['succeeded',
+      window ? 'already_applied' : 'succeeded']);
+    assert.equal(l.applied.length, refunds, `repeat_window_s ${window}`);
+    await guard.close();
+  }
+});

@@ -33,6 +33,12 @@ test('one error class per status code of the header, with its name', () => {
     'header does not have');
   assert.ok(new (ERRORS.get(24))('x') instanceof JSONError);
   assert.ok(new (ERRORS.get(43))('x') instanceof StoreError);
+  // the types declare every class
+  const dts = fs.readFileSync(new URL('../src/index.d.ts', import.meta.url),
+    'utf8');
+  for (const cls of ERRORS.values())
+    assert.match(dts, new RegExp(`export class ${cls.name} extends`),
+      `index.d.ts declares ${cls.name}`);
   // and the library agrees at run time
   const L = lib();
   for (const [code, name] of rows) assert.equal(L.status_name(code), name);
