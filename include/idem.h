@@ -22,18 +22,20 @@
 **     idem_set_alloc_funcs().
 **   - Threads: an idem_canon or an idem_step belongs to one thread at a
 **     time; an idem_policy is read-only once loaded and may be shared; an
-**     idem_guard is safe to share between threads.  Each section says so
-**     again.  Nothing in the library keeps global mutable state except the
-**     allocator set by idem_set_alloc_funcs(), and the library changes
-**     nothing of the host process (no signal handlers, no heap settings).
+**     idem_guard and an idem_queue are safe to share between threads (a
+**     step submitted to a queue is the queue's until its completion is
+**     popped).  Each section says so again.  Nothing in the library keeps
+**     global mutable state except the allocator set by
+**     idem_set_alloc_funcs(), and the library changes nothing of the host
+**     process (no signal handlers, no heap settings).
 **   - ABI: a struct the caller fills (idem_call, idem_keyspec, idem_tool,
 **     idem_settlement, idem_filter) or that the library fills for the caller
-**     (idem_tool_info, idem_stats) begins with `size_t size`, which the
-**     caller sets to sizeof the struct it was compiled with.  A later
-**     version appends fields: it reads only the fields within size (the
-**     rest count as NULL / 0) and writes only those.  A size smaller than
-**     this version's first layout is IDEM_MISUSE.  Zero-initialize the
-**     struct, set size, then the fields you use:
+**     (idem_tool_info, idem_stats, idem_completion) begins with `size_t
+**     size`, which the caller sets to sizeof the struct it was compiled
+**     with.  A later version appends fields: it reads only the fields
+**     within size (the rest count as NULL / 0) and writes only those.  A
+**     size smaller than this version's first layout is IDEM_MISUSE.
+**     Zero-initialize the struct, set size, then the fields you use:
 **
 **         idem_call c = {.size = sizeof c, .session = ..., ...};
 */
@@ -714,6 +716,157 @@ IDEM_API int idem_guard_resolve(idem_guard *g, const char *session,
                                 const char *call_id, int outcome,
                                 const char *result, size_t result_len,
                                 const char *reason, const char *by);
+
+/* ---------------------------------------------------------------------------
+** The completion queue: the step API for an event loop (Node, asyncio,
+** libuv, epoll).  The operations of a step that write the log - begin,
+** finish, resolve, poll, delivered, undelivered - are submitted without
+** blocking and run on the guard's own worker threads (the threads of
+** idem_guard_call, so that the log groups the commits of every caller
+** that is there at once); each ends in a completion that the host pops
+** without blocking.  Readiness is a pipe: idem_queue_fd() is readable
+** exactly while completions wait to be popped.  Watch it with the loop
+** (Node: new net.Socket({fd}); Python: loop.add_reader; poll(2)); never
+** read it or close it yourself.
+**
+**   idem_queue_open(g, &q);
+**   idem_queue_begin(q, &call, 0, user);         -> returns at once
+**   ... q's fd is readable ...
+**   idem_queue_pop(q, c, 16, &n);                -> c[i].user, .rc, .step,
+**   for each c[i], by idem_step_next(c[i].step):    .next, .errmsg
+**     EXECUTE: run the tool (the host's own way, within
+**              idem_step_deadline_ms), then
+**              idem_queue_finish(q, s, outcome, ..., IDEM_QUEUE_DELIVER, u)
+**     CHECK:   run the check, then idem_queue_resolve(...)
+**     WAIT:    after idem_step_delay_ms(s) (the host's timer),
+**              idem_queue_poll(q, s, flags, u)
+**     ANSWER:  read idem_step_envelope(s); idem_step_free(s) - or keep s
+**              to finish it late (a result past the deadline)
+**   idem_queue_close(q);
+**
+** A result that comes after the deadline (the step answered
+** outcome_unknown meanwhile) goes to idem_queue_late() with the step's
+** token.
+**
+** Each completion carries the return code of its operation and its own
+** error text, taken on the worker thread that ran it (not the host
+** thread's idem_guard_errmsg, which never sees these failures).
+**
+** Delivery.  IDEM_QUEUE_DELIVER on a submission records the answer as
+** delivered to the model (idem_step_delivered) when the operation ends
+** at ANSWER: with the outcome, in the outcome's own commit, when the
+** operation writes one (one commit fewer, as idem_guard_call does), else
+** just after, on the same thread.  Pass it only while the caller is still
+** waiting for the answer; a caller that gave up meanwhile gets
+** idem_queue_undelivered(), so that the outcome fences a re-issue again
+** (SPEC §6.4, §10 "told").  Without the flag, nothing is marked delivered:
+** call idem_queue_delivered() when the answer is handed over.
+**
+** Ownership and threads.  A queue belongs to one guard, and holds it (the
+** guard may be closed first).  From its submission until its completion is
+** popped, a step belongs to the queue: do not use it, not even its
+** accessors, and do not free it; one operation at a time per step (a second
+** submission meanwhile is IDEM_MISUSE).  A popped BEGIN's step (NULL only
+** when none could be made) is the caller's to free with idem_step_free().
+** The queue's functions are safe from any thread; completions come in the
+** order the operations ended.  A step that a queue has handed back may be
+** driven by the blocking step API too, and the reverse.
+**
+** Closing.  idem_queue_close() waits for the operations in flight (each a
+** few writes of the log, bounded by its busy timeout: never a tool), so
+** no outcome is lost; then it frees the steps of completions never popped,
+** closes the pipe and releases the guard.
+*/
+typedef struct idem_queue idem_queue;
+
+/* The operation a completion reports. */
+enum idem_op {
+  IDEM_OP_BEGIN = 1,
+  IDEM_OP_FINISH = 2,
+  IDEM_OP_RESOLVE = 3,
+  IDEM_OP_POLL = 4,
+  IDEM_OP_DELIVERED = 5,
+  IDEM_OP_UNDELIVERED = 6,
+  IDEM_OP_LATE = 7 /* idem_queue_late: no step */
+};
+
+/* Flags of a submission (or'ed). */
+#define IDEM_QUEUE_DELIVER 1 /* record the delivery at ANSWER (above)      */
+#define IDEM_QUEUE_ENDED 2   /* finish: idem_step_attempt_ended() first    */
+
+/* One finished operation, filled by idem_queue_pop().  The caller sets
+** size in c[0] only: it is the stride of the array (sizeof(idem_completion)
+** as the caller was compiled), and the library writes it into each. */
+typedef struct idem_completion {
+  size_t size;     /* sizeof(idem_completion); c[0].size is the stride */
+  void *user;      /* as submitted                                     */
+  idem_step *step; /* the step the operation ran on; for BEGIN the new */
+                   /* step, now the caller's (NULL: none was made)     */
+  int op;          /* enum idem_op                                     */
+  int rc;          /* what the operation returned: IDEM_OK or an error */
+  int next;        /* idem_step_next(step) after it; 0 without a step  */
+  int answer;      /* idem_step_answer(step) at ANSWER, else 0         */
+  /* Why the operation failed, "" when rc is IDEM_OK: borrowed until the
+  ** next idem_queue_pop() or idem_queue_close() on the queue. */
+  const char *errmsg;
+} idem_completion;
+
+/* Open a queue on g (IDEM_IO when no pipe could be made, IDEM_NOMEM).
+** *out is NULL on failure; the reason is idem_guard_errmsg(g). */
+IDEM_API int idem_queue_open(idem_guard *g, idem_queue **out);
+/* Wait for the operations in flight, free what was never popped, close
+** the pipe.  NULL is a no-op.  Not from a tool or another thread still
+** submitting to q. */
+IDEM_API void idem_queue_close(idem_queue *q);
+/* The read end of the pipe (non-blocking, close-on-exec): readable while
+** completions wait.  -1 for a NULL queue. */
+IDEM_API int idem_queue_fd(const idem_queue *q);
+/* The number of operations submitted and not yet popped. */
+IDEM_API size_t idem_queue_pending(const idem_queue *q);
+
+/*
+** Submissions.  Each returns at once: IDEM_OK when the operation was
+** queued (it will end in exactly one completion), or IDEM_MISUSE (a NULL
+** or closed queue, a step that is not q's guard's or is busy in a queue)
+** or IDEM_NOMEM, when it was not (no completion comes; the submitting
+** thread's idem_guard_errmsg(g) says why).  Whatever the
+** operation itself finds wrong - bad arguments, a finish without an
+** EXECUTE, the log's failure - is the completion's rc and errmsg.
+** Strings and bytes are copied before the call returns.
+*/
+/* idem_guard_begin() (call is copied; flags: IDEM_QUEUE_DELIVER). */
+IDEM_API int idem_queue_begin(idem_queue *q, const idem_call *call,
+                              int flags, void *user);
+/* idem_step_finish(), after idem_step_attempt_ended() with
+** IDEM_QUEUE_ENDED; a late result (the step answered already) too. */
+IDEM_API int idem_queue_finish(idem_queue *q, idem_step *s, int outcome,
+                               const char *result, size_t result_len,
+                               const char *error, int flags, void *user);
+/* idem_step_resolve(). */
+IDEM_API int idem_queue_resolve(idem_queue *q, idem_step *s, int outcome,
+                                const char *result, size_t result_len,
+                                int flags, void *user);
+/* idem_step_poll(), at once: wait idem_step_delay_ms(s) before submitting. */
+IDEM_API int idem_queue_poll(idem_queue *q, idem_step *s, int flags,
+                             void *user);
+/* idem_step_delivered() / idem_step_undelivered(). */
+IDEM_API int idem_queue_delivered(idem_queue *q, idem_step *s, void *user);
+IDEM_API int idem_queue_undelivered(idem_queue *q, idem_step *s, void *user);
+/* idem_guard_late(): a tool's result that came after the deadline, for
+** the attempt that holds token (idem_step_token, read before the step
+** was freed) - the step may be gone or walking on meanwhile (a retry). */
+IDEM_API int idem_queue_late(idem_queue *q, const char *session,
+                             const char *call_id, long long token,
+                             int outcome, const char *result,
+                             size_t result_len, const char *error, int ended,
+                             void *user);
+
+/* Take up to n completions, without blocking; *got says how many (0 when
+** none is ready).  IDEM_MISUSE for a NULL queue or c, or a c[0].size
+** below this version's first layout.  The fd stays readable while
+** completions remain. */
+IDEM_API int idem_queue_pop(idem_queue *q, idem_completion *c, size_t n,
+                            size_t *got);
 
 /* ---------------------------------------------------------------------------
 ** Reading and keeping the log (what `idem ls`, `show`, `stats`, `gc` and

@@ -156,6 +156,7 @@ struct idem_step {
                         /* unknown: "not applied" says nothing of that one   */
   int recover;          /* idem_guard_recover: check, never execute          */
   int auto_deliver;     /* idem_guard_call: the answer goes to the model now  */
+  int queued;           /* an operation of a queue holds it (atomic)         */
   int told;             /* the delivery is recorded already                  */
   int stamped;          /* ... and this step recorded it: undelivered undoes */
   char *dup_session, *dup_call; /* the earlier action this call was        */
@@ -1272,6 +1273,38 @@ void idem_guard_close(idem_guard *g) {
   guard_unref(g);
 }
 
+int idem__guard_hold(idem_guard *g) {
+  if (!g || g->magic != GUARD_MAGIC || !g->st) return IDEM_MISUSE;
+  pthread_mutex_lock(&g->mu);
+  g->refs++;
+  pthread_mutex_unlock(&g->mu);
+  return IDEM_OK;
+}
+
+void idem__guard_release(idem_guard *g) { guard_unref(g); }
+
+void idem__guard_errclear(idem_guard *g) {
+  err_slot *e;
+  pthread_mutex_lock(&g->emu);
+  e = err_find(g, pthread_self());
+  pthread_mutex_unlock(&g->emu);
+  if (e) e->msg[0] = '\0';
+}
+
+int idem__step_claim(idem_step *s, const idem_guard *g) {
+  if (!s || s->magic != STEP_MAGIC || s->g != g) return IDEM_MISUSE;
+  return __atomic_exchange_n(&s->queued, 1, __ATOMIC_ACQ_REL) ? IDEM_MISUSE
+                                                              : IDEM_OK;
+}
+
+void idem__step_unclaim(idem_step *s) {
+  __atomic_store_n(&s->queued, 0, __ATOMIC_RELEASE);
+}
+
+void idem__step_deliver_with_outcome(idem_step *s, int on) {
+  s->auto_deliver = on != 0;
+}
+
 static int step_ok(const idem_step *s) {
   return s && s->magic == STEP_MAGIC && s->g->st;
 }
@@ -1304,7 +1337,11 @@ static int guard_begin_(idem_guard *g, const idem_call *call_in,
   if (out) *out = NULL;
   if (!g || g->magic != GUARD_MAGIC || !out) return IDEM_MISUSE;
   if ((rc = call_copy(g, call_in, &cur))) return rc;
-  if (!call->tool || (!call->args && call->args_len)) return IDEM_MISUSE;
+  if (!call->tool)
+    return gfail(g, IDEM_MISUSE, "idem_call.tool is NULL: name the tool");
+  if (!call->args && call->args_len)
+    return gfail(g, IDEM_MISUSE, "idem_call.args is NULL, args_len %zu",
+                 call->args_len);
   if (!g->st) return gfail(g, IDEM_MISUSE, "the guard has no attempt log");
   if (!(s = idem__malloc(sizeof *s)))
     return gfail(g, IDEM_NOMEM, "out of memory");
@@ -2207,6 +2244,7 @@ int idem_guard_record(idem_guard *g, const char *session, const char *call_id,
 ** the program that closed its guard is already exiting (the store and
 ** OpenSSL torn down under exit()'s cleanup: found by make tsan). */
 typedef struct run_job {
+  idem__work work; /* first: what a worker runs */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int refs, done, abandoned, is_check;
@@ -2238,7 +2276,8 @@ static void job_unref(run_job *j) {
   idem__free(j);
 }
 
-static void job_run(run_job *j) {
+static void job_run(idem__work *w) {
+  run_job *j = (run_job *)w;
   char *result = NULL, *error = NULL;
   int outcome, abandoned;
   outcome = (j->is_check ? j->tool.check : j->tool.run)(
@@ -2261,7 +2300,8 @@ static void job_run(run_job *j) {
 }
 
 /*
-** The threads that run tools for idem_guard_call: a job goes to an idle
+** The threads that run tools for idem_guard_call and the operations of
+** completion queues (queue.c): a job goes to an idle
 ** worker when there is one, else to a new thread (a tool that hangs keeps
 ** its worker, never the next call's).  A worker idle for WORKER_IDLE_S
 ** seconds ends.  The set outlives its guard until its last thread ends:
@@ -2281,10 +2321,12 @@ static void job_run(run_job *j) {
 struct workers {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  run_job **queue; /* jobs not yet taken, a ring */
+  idem__work **queue; /* jobs not yet taken, a ring */
   size_t cap, head;
   size_t n; /* queued: written under mu, read awake without it */
   int idle, refs;
+  int sleeping;    /* idle workers asleep on cv (counted in idle) */
+  int waking;      /* one of them was signalled and is not up yet */
   int closing;     /* written under mu, read awake without it */
   int spinner;     /* a worker waits awake (counted in idle) */
   int caller_spin; /* a caller waits awake for its answer (atomic) */
@@ -2315,11 +2357,22 @@ static void workers_unref_locked(workers *w) {
   idem__free(w);
 }
 
+/* Wake one sleeping worker when jobs wait and none is on its way (under
+** w->mu).  A burst of posts costs its poster one wake-up: each worker
+** woken wakes the next while jobs remain, so an event loop that submits
+** many operations at once does not pay a futex call for each. */
+static void wake_one(workers *w) {
+  if (w->n > 0 && w->sleeping > 0 && !w->waking) {
+    w->waking = 1;
+    pthread_cond_signal(&w->cv);
+  }
+}
+
 static void *worker_main(void *arg) {
   workers *w = arg;
   pthread_mutex_lock(&w->mu);
   for (;;) {
-    run_job *j;
+    idem__work *j;
     if (w->n == 0 && !w->closing && !w->spinner) {
       w->spinner = 1;
       w->idle++; /* a post counts on this worker */
@@ -2334,16 +2387,21 @@ static void *worker_main(void *arg) {
       int rc = 0;
       idem__mono_after(WORKER_IDLE_S * 1000LL, &until);
       w->idle++;
-      while (w->n == 0 && !w->closing && rc != ETIMEDOUT)
+      w->sleeping++;
+      while (w->n == 0 && !w->closing && rc != ETIMEDOUT) {
         rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+        w->waking = 0;
+      }
+      w->sleeping--;
       w->idle--;
     }
     if (w->n == 0) break; /* idle too long, or the guard is gone */
     j = w->queue[w->head];
     w->head = (w->head + 1) % w->cap;
     __atomic_store_n(&w->n, w->n - 1, __ATOMIC_RELEASE);
+    wake_one(w); /* more jobs: the next sleeper, from here */
     pthread_mutex_unlock(&w->mu);
-    job_run(j);
+    j->run(j);
     pthread_mutex_lock(&w->mu);
   }
   workers_unref_locked(w);
@@ -2358,32 +2416,32 @@ static void workers_release(workers *w) {
   workers_unref_locked(w);
 }
 
-/* Hand job j to a worker of g's set.  0, or -1 when no thread could take
-** it (j untouched). */
-static int workers_post(idem_guard *g, run_job *j) {
+int idem__guard_post(idem_guard *g, idem__work *j) {
   pthread_condattr_t ca;
   pthread_attr_t ta;
   pthread_t th;
-  workers *w;
+  workers *w = __atomic_load_n(&g->workers, __ATOMIC_ACQUIRE);
   int rc = 0;
-  pthread_mutex_lock(&g->mu);
-  if (!g->workers && (g->workers = idem__malloc(sizeof *g->workers))) {
+  if (!w) { /* made once; g->mu only then */
+    pthread_mutex_lock(&g->mu);
+    if (!g->workers && (w = idem__malloc(sizeof *w))) {
+      memset(w, 0, sizeof *w);
+      w->refs = 1;
+      pthread_condattr_init(&ca);
+      pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+      pthread_cond_init(&w->cv, &ca);
+      pthread_condattr_destroy(&ca);
+      pthread_mutex_init(&w->mu, NULL);
+      __atomic_store_n(&g->workers, w, __ATOMIC_RELEASE);
+    }
     w = g->workers;
-    memset(w, 0, sizeof *w);
-    w->refs = 1;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_unlock(&g->mu);
+    if (!w) return -1;
   }
-  w = g->workers;
-  pthread_mutex_unlock(&g->mu);
-  if (!w) return -1;
   pthread_mutex_lock(&w->mu);
   if (w->n == w->cap) { /* grow the ring, keeping its order */
     size_t cap = w->cap ? 2 * w->cap : 8, i;
-    run_job **q = idem__malloc(cap * sizeof *q);
+    idem__work **q = idem__malloc(cap * sizeof *q);
     if (!q) {
       pthread_mutex_unlock(&w->mu);
       return -1;
@@ -2408,7 +2466,7 @@ static int workers_post(idem_guard *g, run_job *j) {
     __atomic_store_n(&w->n, w->n + 1, __ATOMIC_RELEASE); /* a worker spins */
     /* the spinning worker takes the only job without a wake-up: it sees n
     ** while it spins, or under mu when it stops */
-    if (!w->spinner || w->n > 1) pthread_cond_signal(&w->cv);
+    if (!w->spinner || w->n > 1) wake_one(w);
   }
   pthread_mutex_unlock(&w->mu);
   return rc;
@@ -2455,7 +2513,8 @@ static int run_tool(idem_step *s, const idem_tool *tool, int is_check,
   pthread_cond_init(&j->cv, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&j->mu, NULL);
-  if (workers_post(s->g, j) != 0) {
+  j->work.run = job_run;
+  if (idem__guard_post(s->g, &j->work) != 0) {
     j->refs = 1;
     job_unref(j);
     return gfail(s->g, IDEM_ERROR, "cannot start a worker thread");

@@ -549,6 +549,31 @@ int idem__tmpl_json(const idem_canon *c, idem__buf *b, const char *tmpl,
 int idem__guard_policy(const idem_guard *g, const idem_policy **p);
 /* The guard s belongs to, or NULL when s is not a step. */
 idem_guard *idem__step_guard(const idem_step *s);
+
+/* ---- guard.c, for queue.c (the completion queue) ------------------------ */
+
+/* A job for the guard's worker threads: run(w) is called once, on one of
+** them; it owns w from then on.  Embed it first in the job's struct. */
+typedef struct idem__work {
+  void (*run)(struct idem__work *w);
+} idem__work;
+/* Hand w to a worker of g (an idle one, else a new thread): 0, or -1 when
+** no thread could take it (w untouched). */
+int idem__guard_post(idem_guard *g, idem__work *w);
+/* Take (IDEM_MISUSE for a closed or bad guard) and drop a reference to g:
+** the guard lives while one is held. */
+int idem__guard_hold(idem_guard *g);
+void idem__guard_release(idem_guard *g);
+/* Empty the calling thread's idem_guard_errmsg(g), so that a failure
+** that sets no message is not read as an earlier one's. */
+void idem__guard_errclear(idem_guard *g);
+/* Mark s as held by a queue: IDEM_MISUSE when s is not a step of g, or one
+** is held already.  unclaim gives it back. */
+int idem__step_claim(idem_step *s, const idem_guard *g);
+void idem__step_unclaim(idem_step *s);
+/* The next idem_step_finish(s) records the delivery with a settled
+** outcome, in the outcome's commit (what idem_guard_call does). */
+void idem__step_deliver_with_outcome(idem_step *s, int on);
 /* Set g's message (idem_guard_errmsg) and return rc. */
 int idem__guard_fail(idem_guard *g, int rc, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -17,12 +17,15 @@ SQLite log in the same DIR (the same disk):
   sync_32    the same with a plain (sync) tool, run on a thread;
   replay     a recorded call again, one at a time: acall (from the loop)
              and call_json (the synchronous API) - the median in µs;
-  steps_32   the C side of the asyncio path, with no Python in it: 32
-             threads making the same calls through the step API (begin,
-             finish, delivered: the delivery its own commit, where
-             idem_guard_call commits it with the outcome), from the
+  steps_32   32 threads making the same calls through the blocking step
+             API (begin, finish, delivered: the delivery its own commit,
+             where idem_guard_call commits it with the outcome), from the
              idem_bench_replay module built next to the library - what
-             the step API itself allows, beside guard_32.
+             the step API itself allows, beside guard_32;
+  queue_32   the C side of the asyncio path, with no Python in it: the
+             same calls from one thread through the completion queue
+             (poll(2) on its pipe; the delivery in the outcome's commit),
+             as acall drives them - the ceiling of async_32.
 
 One JSON object per figure, and a summary with each side's best round and
 the ratios (target for async_32: at least 0.8 x guard_32's calls/s).  Not
@@ -113,15 +116,17 @@ def async_32(d: str, tag: str, per: int, sync: bool) -> float:
         fresh(path)
 
 
-def steps_32(module: Any, d: str, tag: str, per: int) -> float:
-    """calls/s of the C step API from 32 threads (bench_replay.c)."""
-    path = os.path.join(d, "c_steps_%s.db" % tag)
+def c_32(fn: Any, what: str, d: str, tag: str, per: int) -> float:
+    """calls/s of one of bench_replay.c's 32-session figures: fn is
+    idem_bench_steps_32 (32 threads, the step API) or idem_bench_queue_32
+    (one thread, the completion queue)."""
+    path = os.path.join(d, "c_%s_%s.db" % (what, tag))
     fresh(path)
     g = idem.Guard("sqlite:" + path, None)
     try:
-        v = float(module.idem_bench_steps_32(g._g, tag.encode(), per))
+        v = float(fn(g._g, tag.encode(), per))
         if v < 0:
-            raise SystemExit("bench_async: a C step call failed")
+            raise SystemExit("bench_async: a C %s call failed" % what)
         return v
     finally:
         g.close()
@@ -173,9 +178,9 @@ def main() -> None:
         "libidem_bench_replay.so"))
     o = ap.parse_args()
     mod = ctypes.CDLL(o.module)
-    mod.idem_bench_steps_32.restype = ctypes.c_double
-    mod.idem_bench_steps_32.argtypes = (ctypes.c_void_p, ctypes.c_char_p,
-                                        ctypes.c_int)
+    for f in (mod.idem_bench_steps_32, mod.idem_bench_queue_32):
+        f.restype = ctypes.c_double
+        f.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int)
     d = o.dir or tempfile.mkdtemp(prefix="idem-bench-async-",
                                   dir=os.environ.get("TMPDIR") or "/tmp")
     os.makedirs(d, exist_ok=True)
@@ -187,23 +192,28 @@ def main() -> None:
             g32 = float(c["guard_32"]["calls_per_s"])
             a = async_32(d, "a%d" % r, o.per_task, sync=False)
             s = async_32(d, "s%d" % r, o.per_task, sync=True)
-            st = steps_32(mod, d, "c%d" % r, o.per_task)
+            st = c_32(mod.idem_bench_steps_32, "steps", d, "c%d" % r,
+                      o.per_task)
+            qu = c_32(mod.idem_bench_queue_32, "queue", d, "q%d" % r,
+                      o.per_task)
             rp = replays(d, o.replays)
             row = {"bench": "python_async_round", "round": r + 1,
                    "dir": d, "guard_32_calls_per_s": round(g32),
                    "async_32_calls_per_s": round(a),
                    "sync_32_calls_per_s": round(s),
                    "steps_32_calls_per_s": round(st),
+                   "queue_32_calls_per_s": round(qu),
                    "async_ratio": round(a / g32, 3),
                    "sync_ratio": round(s / g32, 3),
                    "steps_ratio": round(st / g32, 3),
+                   "queue_ratio": round(qu / g32, 3),
                    "c_replay_median_us": c["replay"]["median_us"],
                    "call_json_replay_median_us": round(rp["call_json_us"], 1),
                    "acall_replay_median_us": round(rp["acall_us"], 1),
                    "fdatasync_us": c.get("fdatasync", {}).get("median_us")}
             print(json.dumps(row), flush=True)
             for k, v in (("guard_32", g32), ("async_32", a), ("sync_32", s),
-                         ("steps_32", st)):
+                         ("steps_32", st), ("queue_32", qu)):
                 best[k] = max(best.get(k, 0.0), v)
             for k, v in (("c_replay", c["replay"]["median_us"]),
                          ("call_json_replay", rp["call_json_us"]),
@@ -216,10 +226,12 @@ def main() -> None:
             "async_32_calls_per_s": round(best["async_32"]),
             "sync_32_calls_per_s": round(best["sync_32"]),
             "steps_32_calls_per_s": round(best["steps_32"]),
+            "queue_32_calls_per_s": round(best["queue_32"]),
             "async_ratio": round(best["async_32"] / best["guard_32"], 3),
             "sync_ratio": round(best["sync_32"] / best["guard_32"], 3),
             "steps_ratio": round(best["steps_32"] / best["guard_32"], 3),
-            "async_to_steps": round(best["async_32"] / best["steps_32"], 3),
+            "queue_ratio": round(best["queue_32"] / best["guard_32"], 3),
+            "async_to_queue": round(best["async_32"] / best["queue_32"], 3),
             "target": ">=0.8"}))
         print(json.dumps({
             "bench": "python_replay_latency",

@@ -11,13 +11,20 @@
 **
 ** idem_bench_steps_32(g, prefix, per) is the C half of bench_async.py: 32
 ** threads each making `per` guarded calls of distinct refunds (the
-** arguments of `idem bench`'s guard_32) through the step API, as the
-** binding's asyncio path drives them - begin, the tool applied at once,
-** attempt_ended, finish, delivered - and returns the calls per second, or
-** -1 when a call failed.  Beside guard_32 (idem_guard_call, which commits
-** the delivery with the outcome) it is what the step API itself allows.
+** arguments of `idem bench`'s guard_32) through the blocking step API -
+** begin, the tool applied at once, attempt_ended, finish, delivered - and
+** returns the calls per second, or -1 when a call failed.  Beside
+** guard_32 (idem_guard_call, which commits the delivery with the outcome)
+** it is what the step API itself allows.
+**
+** idem_bench_queue_32(g, prefix, per) makes the same calls from one thread
+** through the completion queue, as an event loop does (poll(2) on the
+** queue's pipe; begin, then finish with IDEM_QUEUE_ENDED and
+** IDEM_QUEUE_DELIVER): what the queue allows a binding with no cost of
+** its own, the ceiling of asyncio's (and Node's) figure.
 */
 #define _POSIX_C_SOURCE 200809L
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +42,8 @@
 BENCH_API double idem_bench_replay_c(idem_guard *g, const idem_call *calls,
                                      int n);
 BENCH_API double idem_bench_steps_32(idem_guard *g, const char *prefix,
+                                     int per);
+BENCH_API double idem_bench_queue_32(idem_guard *g, const char *prefix,
                                      int per);
 
 static int must_not_run(void *ctx, const char *key, const char *args,
@@ -79,27 +88,36 @@ typedef struct steps_session {
   int id, per, failed;
 } steps_session;
 
+static const char result[] = "{\"refund_id\":\"re_1\"}";
+
+/* The i-th call of session `session`: c points into call and args. */
+static idem_call bench_call(const char *session, int i, char call[32],
+                            char args[256]) {
+  idem_call c;
+  int k;
+  memset(&c, 0, sizeof c);
+  c.size = sizeof c;
+  snprintf(call, 32, "call_%d", i);
+  k = snprintf(args, 256,
+               "{\"order_id\":\"ord_%s_%s\",\"amount_cents\":6000,"
+               "\"currency\":\"usd\",\"reason\":\"late delivery\"}",
+               session, call);
+  c.session = session;
+  c.call_id = call;
+  c.tool = "refund_payment";
+  c.args = args;
+  c.args_len = k > 0 ? (size_t)k : 0;
+  return c;
+}
+
 static void *steps_main(void *arg) {
   steps_session *ss = arg;
-  static const char result[] = "{\"refund_id\":\"re_1\"}";
   char session[96], call[32], args[256];
-  int i, k;
+  int i;
   snprintf(session, sizeof session, "%sbench_s%d", ss->prefix, ss->id);
   for (i = 0; i < ss->per; i++) {
-    idem_call c;
+    idem_call c = bench_call(session, i, call, args);
     idem_step *s = NULL;
-    memset(&c, 0, sizeof c);
-    c.size = sizeof c;
-    snprintf(call, sizeof call, "call_%d", i);
-    k = snprintf(args, sizeof args,
-                 "{\"order_id\":\"ord_%s_%s\",\"amount_cents\":6000,"
-                 "\"currency\":\"usd\",\"reason\":\"late delivery\"}",
-                 session, call);
-    c.session = session;
-    c.call_id = call;
-    c.tool = "refund_payment";
-    c.args = args;
-    c.args_len = k > 0 ? (size_t)k : 0;
     if (idem_guard_begin(ss->g, &c, &s) != IDEM_OK ||
         idem_step_next(s) != IDEM_NEXT_EXECUTE ||
         idem_step_attempt_ended(s) != IDEM_OK ||
@@ -131,6 +149,63 @@ double idem_bench_steps_32(idem_guard *g, const char *prefix, int per) {
     pthread_join(th[i], NULL);
     failed += ss[i].failed;
   }
+  t0 = mono() - t0;
+  return failed ? -1 : 32.0 * per / t0;
+}
+
+typedef struct queue_session {
+  char session[96], call[32], args[256];
+  int next_i; /* the next call to begin */
+} queue_session;
+
+double idem_bench_queue_32(idem_guard *g, const char *prefix, int per) {
+  static queue_session qs[32]; /* one run at a time */
+  idem_completion c[64];
+  idem_queue *q = NULL;
+  int i, done = 0, failed = 0;
+  double t0 = mono();
+  if (idem_queue_open(g, &q) != IDEM_OK) return -1;
+  for (i = 0; i < 32; i++) {
+    idem_call k;
+    snprintf(qs[i].session, sizeof qs[i].session, "%sbench_s%d", prefix, i);
+    k = bench_call(qs[i].session, 0, qs[i].call, qs[i].args);
+    qs[i].next_i = 1;
+    if (idem_queue_begin(q, &k, IDEM_QUEUE_DELIVER, &qs[i]) != IDEM_OK)
+      failed++;
+  }
+  while (done < 32 * per && !failed) {
+    struct pollfd p = {idem_queue_fd(q), POLLIN, 0};
+    size_t n = 0, j;
+    if (poll(&p, 1, 10000) <= 0) {
+      failed++;
+      break;
+    }
+    c[0].size = sizeof c[0];
+    idem_queue_pop(q, c, 64, &n);
+    for (j = 0; j < n; j++) {
+      queue_session *x = c[j].user;
+      if (c[j].rc != IDEM_OK) {
+        failed++;
+        idem_step_free(c[j].step);
+      } else if (c[j].next == IDEM_NEXT_EXECUTE) {
+        if (idem_queue_finish(q, c[j].step, IDEM_OUTCOME_APPLIED, result,
+                              sizeof result - 1, NULL,
+                              IDEM_QUEUE_ENDED | IDEM_QUEUE_DELIVER,
+                              x) != IDEM_OK)
+          failed++;
+      } else {
+        failed += c[j].answer != IDEM_ANSWER_SUCCEEDED;
+        idem_step_free(c[j].step);
+        done++;
+        if (x->next_i < per) {
+          idem_call k = bench_call(x->session, x->next_i++, x->call, x->args);
+          if (idem_queue_begin(q, &k, IDEM_QUEUE_DELIVER, x) != IDEM_OK)
+            failed++;
+        }
+      }
+    }
+  }
+  idem_queue_close(q);
   t0 = mono() - t0;
   return failed ? -1 : 32.0 * per / t0;
 }

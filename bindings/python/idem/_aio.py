@@ -1,50 +1,49 @@
 """Guarded calls from asyncio (GuardedTool.acall): the step API driven from
-an event loop that is never blocked.
+an event loop that is never blocked, through the C library's completion
+queue (idem_queue_*, include/idem.h).
 
-Every call of the C library that may wait (the log's writes: begin, finish,
-resolve, poll, delivered; a status or tool function that is a plain
-function) runs on a thread of a pool of this module's own, and a call hands
-work to a thread as few times as it can:
+The log's operations of a step - begin, finish, resolve, poll, undelivered,
+a late result - are submitted to the queue without blocking and run on the
+C library's own worker threads, where the log groups the commits of every
+call that is there at once.  Each ends in a completion; the queue's pipe is
+watched with ``loop.add_reader``, and one reader callback pops the
+completions and settles the futures of the calls that wait for them.  No
+thread of Python's is used per call in flight, and no GIL round trip per
+step: the loop hands work to C and takes it back, nothing else.
 
-* one hand-off from ``begin`` to the next point where the loop is needed:
-  a replay, a refusal, a fenced call answer there (begin, delivered, the
-  envelope, the step freed, all on the thread); a plain tool function runs
-  there too, on a second thread that the first waits on with the
-  deadline, so a sync tool costs one hand-off from the loop in all;
-* an ``async def`` tool (or status function) runs as a task of the
-  caller's loop, with the deadline as the wait's timeout; then one more
-  hand-off records its outcome and carries the step to its answer.
-
-The threads are this module's, not the loop's default executor: that one
-has min(32, cpus + 4) threads, and a begin waits there for its synced
-commit; with 32 calls at once, only 6 of them (2 cores) would reach the
-log together, and the log groups the commits of the calls that are there.
-A pool starts a thread when none is idle (a thread a call in flight at
-most, as idem_guard_call does) and keeps at most 64 idle; the tool
-functions have a pool of their own, so that tools that hang past their
-deadline never hold up the log's calls. A thread hands its result back to
-the loop with one call_soon_threadsafe.
+A guard has one queue per event loop (made at its first call there, closed
+with the guard or when its loop is found closed).  An ``async def`` tool
+(or status function) runs as a task of the caller's loop, with the
+deadline as the wait's timeout; a plain one runs on a thread of this
+module's tool pool (a tool that blocks needs a thread; the call does not).
 
 The guard owns the deadline: past it the step is finished UNKNOWN and the
 tool's task (or thread) goes on; its outcome is recorded when it comes
-(Guard.late).  A caller cancelled while its call is under way does not
-cancel it: the drive goes on (asyncio.shield) to its end and its outcome is
-recorded, but ``delivered`` is not called for it, so the action counts as
-not told to the model and a re-issue is fenced, never run again.
+(idem_queue_late, with the attempt's token).  Delivery: every operation
+that may end at the answer is submitted with IDEM_QUEUE_DELIVER while the
+caller waits, so the delivery is recorded in the outcome's own commit.  A
+caller cancelled while its call is under way does not cancel it: the drive
+goes on (asyncio.shield) to its end and its outcome is recorded, and what
+was marked delivered meanwhile is undone (idem_queue_undelivered), so the
+action counts as not told to the model and a re-issue is fenced, never run
+again.
 """
 import asyncio
 import contextvars
+import ctypes
 import inspect
+import itertools
 import json
 import queue
 import threading
-from typing import Any, Awaitable, Callable, List, Optional, Set, Tuple
+import types
+import weakref
+from typing import Any, Awaitable, Callable, Dict, Optional, Set, Tuple
+
+from . import _lib as L
 
 Verdict = Tuple[int, Optional[bytes], Optional[bytes]]
 Job = Tuple[Callable[..., Any], Tuple[Any, ...]]
-# Where a thread leaves the drive: (ANSWER, the envelope's text), or
-# (RUN or CHECK, the arguments' JSON text, the key, the deadline in ms).
-Step_ = Tuple[Any, ...]
 
 
 class _Pool:
@@ -93,7 +92,7 @@ class _Pool:
                 self.idle += 1
 
 
-_log_pool = _Pool("idem-log", None)
+# plain (sync) tool and status functions: they block, so each needs a thread
 _tool_pool = _Pool("idem-tool", None)
 
 
@@ -107,10 +106,10 @@ def _settle_future(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
 
 
 _UNKNOWN = 4  # IDEM_OUTCOME_UNKNOWN (guard.Outcome.UNKNOWN)
-
-# What the drive asks of the loop (the first member of _Drive.advance's
-# answer): the call's answer, or an async function to run on the loop.
-ANSWER, RUN, CHECK = 0, 1, 2
+# enum idem_next
+_ANSWER, _EXECUTE, _CHECK, _WAIT = 1, 2, 3, 4
+# the submission flags (IDEM_QUEUE_*)
+DELIVER, ENDED = 1, 2
 
 # tasks and drives that outlive their caller: kept until they end
 _detached: Set["asyncio.Future[Any]"] = set()
@@ -121,14 +120,108 @@ def _keep(t: "asyncio.Future[Any]") -> None:
     t.add_done_callback(_detached.discard)
 
 
+# (rc, step, next, error text or None): what a completion says
+Done = Tuple[int, Optional[int], int, Optional[str]]
+_BATCH = 64
+
+
+class _Queue:
+    """One completion queue of one guard, read by one event loop."""
+
+    __slots__ = ("h", "fd", "loop_ref", "waiting", "ids", "buf", "got",
+                 "gotp", "guard")
+
+    def __init__(self, guard: Any, loop: asyncio.AbstractEventLoop) -> None:
+        from .guard import _err
+        h = ctypes.c_void_p()
+        rc = L.queue_open(guard._h(), ctypes.byref(h))
+        if rc:
+            raise _err(guard._g, rc)
+        self.h = ctypes.c_void_p(h.value)
+        self.guard = guard._g
+        self.fd = L.queue_fd(self.h)
+        self.loop_ref = weakref.ref(loop)
+        self.waiting: Dict[int, "asyncio.Future[Done]"] = {}
+        self.ids = itertools.count(1)
+        self.buf = (L.Completion * _BATCH)()
+        self.buf[0].size = ctypes.sizeof(L.Completion)
+        self.got = ctypes.c_size_t()
+        self.gotp = ctypes.byref(self.got)
+        loop.add_reader(self.fd, self.ready)
+
+    def submit(self, fn: Any, *args: Any) -> "asyncio.Future[Done]":
+        """fn(q, *args, user) submitted; the future of its completion."""
+        loop = self.loop_ref()
+        assert loop is not None
+        t = next(self.ids)
+        fut = loop.create_future()
+        rc = fn(self.h, *args, t)
+        if rc:
+            from .errors import error_for
+            raise error_for(rc, L.guard_errmsg(self.guard).decode(
+                "utf-8", "replace") or L.strerror(rc).decode())
+        self.waiting[t] = fut
+        return fut
+
+    def ready(self) -> None:
+        """The pipe is readable: settle what has completed."""
+        buf, waiting, n = self.buf, self.waiting, _BATCH
+        while n == _BATCH:
+            L.queue_pop(self.h, buf, _BATCH, self.gotp)
+            n = self.got.value
+            for i in range(n):
+                c = buf[i]
+                fut = waiting.pop(c.user, None)
+                if fut is None or fut.cancelled():
+                    # its drive is gone (the loop shut down under it)
+                    if c.step:
+                        L.step_free(c.step)
+                    continue
+                fut.set_result((c.rc, c.step, c.next, c.errmsg.decode(
+                    "utf-8", "replace") if c.rc else None))
+
+    def close(self) -> None:
+        """Stop watching (when the loop still runs), wait for the
+        operations in flight, free what was never popped."""
+        loop = self.loop_ref()
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.remove_reader(self.fd)
+            except Exception:  # a loop of another thread, shutting down
+                pass
+        L.queue_close(self.h)
+
+
+def _queue_for(guard: Any, loop: asyncio.AbstractEventLoop) -> _Queue:
+    """The guard's queue for this loop, made at its first call here; the
+    queues of loops that have closed are closed on the way."""
+    qs: Dict[int, _Queue] = guard._queues
+    q = qs.get(id(loop))
+    if q is not None and q.loop_ref() is loop:
+        return q
+    for k, old in list(qs.items()):
+        lp = old.loop_ref()
+        if lp is None or lp.is_closed() or k == id(loop):
+            del qs[k]
+            old.close()
+    q = qs[id(loop)] = _Queue(guard, loop)
+    return q
+
+
+def close_queues(guard: Any) -> None:
+    """Guard.close: its queues first (they hold the C guard)."""
+    qs = getattr(guard, "_queues", None)
+    while qs:
+        qs.popitem()[1].close()
+
+
 class _Drive:
-    """One guarded call from asyncio.  The thread-side methods (advance,
-    finish, resolve) move the step; the loop-side coroutine ``run`` takes
-    over where the tool is an async function.  ``gone``: the caller was
-    cancelled, so its answer is not delivered."""
+    """One guarded call from asyncio, on the loop.  ``step`` is the drive's
+    between completions and None while the queue holds it.  ``gone``: the
+    caller was cancelled, so its answer is not delivered."""
 
     __slots__ = ("tool", "session", "call_id", "args", "turn", "context",
-                 "step", "gone", "mu", "busy", "abandoned")
+                 "step", "gone", "q", "told")
 
     def __init__(self, tool: Any, session: str, call_id: str, args: Any,
                  turn: Optional[str], context: contextvars.Context):
@@ -136,235 +229,165 @@ class _Drive:
         self.session, self.call_id, self.args = session, call_id, args
         self.turn = turn
         self.context = context
-        self.step: Any = None
+        self.step: Optional[int] = None
         self.gone = False
-        self.mu = threading.Lock()
-        self.busy = self.abandoned = False
+        self.q: Optional[_Queue] = None
+        self.told = False  # the last operation was asked to deliver
 
-    def hop(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any],
-            *args: Any) -> "asyncio.Future[Any]":
-        """fn(*args) on a thread of the log pool; a future of this loop.
-        The step is the thread's until fn returns; a drive abandoned
-        meanwhile (its loop shut down) has its step freed then."""
-        fut = loop.create_future()
-        self.busy = True
-
-        def job() -> None:
-            try:
-                value, ok = fn(*args), True
-            except BaseException as e:
-                value, ok = e, False
-            with self.mu:
-                self.busy = False
-                abandoned = self.abandoned
-            if abandoned:
-                self.close()
-                return
-            try:
-                loop.call_soon_threadsafe(_settle_future, fut, ok, value)
-            except RuntimeError:  # the loop is closed: nobody waits any more
-                self.close()
-        _log_pool.submit(job)
-        return fut
-
-    # ---- on a thread of the log pool ---------------------------------------
-
-    def begin(self) -> Step_:
-        t = self.tool
-        # a status function given in code is a status check, whatever the
-        # policy names
-        self.step = t.guard.begin(self.session, self.call_id, t.name,
-                                  self.args, self.turn,
-                                  own_check=t.status is not None)
-        return self.advance()
-
-    def advance(self) -> Step_:
-        """Carry the step as far as a thread can: to its answer (delivered
-        unless the caller is gone, the step freed), or to an async function
-        the loop must run."""
-        from .guard import Next, Outcome, _time_sleep
-        step, t = self.step, self.tool
-        while True:
-            n = step.next
-            if n == Next.ANSWER:
-                if not self.gone:
-                    step.delivered()
-                text = step.envelope_text
-                step.close()
-                return ANSWER, text
-            if n == Next.WAIT:
-                _time_sleep(step.delay_ms / 1000)
-                step.poll()
-            elif n == Next.EXECUTE:
-                if step.delay_ms:
-                    _time_sleep(step.delay_ms / 1000)
-                if inspect.iscoroutinefunction(t.fn):
-                    return RUN, step.args, step.key, step.deadline_ms
-                self.run_sync(t.fn, step.args, step.key, False,
-                              step.deadline_ms)
-            else:  # CHECK
-                if t.status is None:
-                    step.resolve(Outcome.UNKNOWN)
-                elif inspect.iscoroutinefunction(t.status):
-                    return (CHECK, step.check_target, step.check_key,
-                            step.deadline_ms)
-                else:
-                    self.run_sync(t.status, step.check_target,
-                                  step.check_key, True, step.deadline_ms)
-
-    def run_sync(self, fn: Callable[..., Any], args: str, key: str,
-                 is_check: bool, deadline_ms: int) -> None:
-        """A plain tool (or status) function on a thread of the tool pool,
-        waited for up to the deadline; its verdict goes to the step."""
-        from .guard import _in_context, _settled, _verdict, _inflight_add
-        done = threading.Event()
-        box: List[Any] = []
-        late: List[Callable[[Verdict], None]] = []
-        mu = threading.Lock()
-        a = json.loads(args)
-        context = self.context
-        nao = self.tool.not_applied_on
-
-        def job() -> None:
-            _inflight_add(1)
-            try:
-                v = _verdict(lambda: _settled(_in_context(fn, a, key,
-                                                          context)),
-                             is_check, nao)
-            finally:
-                _inflight_add(-1)
-            with mu:
-                box.append(v)
-                todo = late[:]
-            done.set()
-            for f in todo:
-                f(v)
-        _tool_pool.submit(job)
-        done.wait(deadline_ms / 1000)
-        with mu:  # decided once: in time, or past the deadline
-            v = box[0] if box else None
-            if v is None and not is_check:
-                # the run goes on; what it comes to is recorded when it
-                # comes (a status check's late answer is dropped: "not
-                # applied" then proves nothing, SPEC 6a)
-                late.append(self.late_recorder())
-        if v is not None:
-            if is_check:
-                self._resolve(v)
-            else:
-                self._finish(v, True)
-        elif is_check:
-            self._resolve((_UNKNOWN, None, None))  # the check itself: unknown
+    async def op(self, fn: Any, *args: Any, flags: Optional[int] = 0
+                 ) -> int:
+        """One operation of the step through the queue; the step's next.
+        One that may end at the answer (flags not None) delivers it, in
+        the outcome's commit, while the caller waits."""
+        from .errors import error_for
+        assert self.q is not None
+        if flags is not None:
+            if not self.gone:
+                flags |= DELIVER
+            self.told = bool(flags & DELIVER)
+            args += (flags,)
+        s, self.step = self.step, None
+        if s is None:  # begin makes the step
+            fut = self.q.submit(fn, *args)
         else:
-            from .guard import _outlived
-            _outlived()
-            self._timed_out()
+            fut = self.q.submit(fn, s, *args)
+        rc, self.step, nxt, err = await fut
+        if rc:
+            raise error_for(rc, err or L.strerror(rc).decode())
+        return nxt
+
+    def finish(self, v: Verdict, flags: int) -> Awaitable[int]:
+        outcome, result, error = v
+        return self.op(L.queue_finish, outcome, result,
+                       len(result) if result else 0, error, flags=flags)
+
+    def resolve(self, v: Verdict) -> Awaitable[int]:
+        outcome, result, _ = v
+        return self.op(L.queue_resolve, outcome, result,
+                       len(result) if result else 0)
 
     def late_recorder(self) -> Callable[[Verdict], None]:
-        """What records a late tool run's verdict (Guard.late), from any
-        thread; a status check's late answer is dropped."""
-        guard, session, call_id = self.tool.guard, self.session, self.call_id
-        token = self.step.token
+        """What records a late tool run's verdict, by the attempt's token:
+        through the queue from the loop, or (the loop gone) with the
+        blocking call from the tool's own thread."""
+        from .guard import _step_token
+        guard, q = self.tool.guard, self.q
+        session = self.session.encode("utf-8", "surrogatepass")
+        call_id = self.call_id.encode("utf-8", "surrogatepass")
+        token = _step_token(self.step)
+        loop = q.loop_ref() if q is not None else None
 
         def record(v: Verdict) -> None:
             outcome, result, error = v
             try:
-                guard.late(session, call_id, token, outcome, None,
-                           error.decode("utf-8", "replace") if error
-                           else None, result.decode() if result else None)
+                if q is not None and _on_loop(loop):
+                    q.submit(L.queue_late, session, call_id, token, outcome,
+                             result, len(result) if result else 0, error, 1)
+                else:
+                    guard.late(self.session, self.call_id, token, outcome,
+                               None, error.decode("utf-8", "replace")
+                               if error else None,
+                               result.decode() if result else None)
             except Exception:  # settled meanwhile, or the guard is closed
                 pass
         return record
 
-    def _finish(self, v: Verdict, ended: bool) -> None:
-        outcome, result, error = v
-        step = self.step
-        if ended:
-            # it returned or raised: nothing of it runs any more; without
-            # a verdict (UNKNOWN) it may still land until settle_ms has
-            # passed (SPEC 6a)
-            step.attempt_ended()
-        step.finish(outcome, None, error.decode("utf-8", "replace")
-                    if error else None, result.decode() if result else None)
-
-    def _timed_out(self) -> None:
-        step = self.step
-        step.finish(_UNKNOWN, None,
-                    "no answer within %d ms" % step.deadline_ms)
-
-    def _resolve(self, v: Verdict) -> None:
-        outcome, result, _ = v
-        self.step.resolve(outcome, None, result.decode() if result else None)
-
-    # the same, then on to the next point where the loop is needed
-
-    def finish(self, v: Verdict, ended: bool) -> Step_:
-        self._finish(v, ended)
-        return self.advance()
-
-    def timed_out(self) -> Step_:
-        self._timed_out()
-        return self.advance()
-
-    def resolve(self, v: Verdict) -> Step_:
-        self._resolve(v)
-        return self.advance()
-
-    def close(self) -> None:
-        if self.step is not None:
-            self.step.close()
-
-    def abandon(self) -> None:
-        """The drive stops (its loop shuts down): free the step, now if no
-        thread holds it, else when the thread is done with it."""
-        with self.mu:
-            self.abandoned = True
-            free = not self.busy
-        if free and self.step is not None:
-            _log_pool.submit(self.close)
-
-    # ---- on the loop -------------------------------------------------------
+    async def attempt(self, is_check: bool) -> int:
+        """Run the tool (or its status check) within the deadline, and
+        report it; the step's next."""
+        from .guard import (_step_deadline_ms, _step_args, _step_key,
+                            _step_check_target, _step_check_key, _raw_text,
+                            _decode, _outlived)
+        s, t = self.step, self.tool
+        fn = t.status if is_check else t.fn
+        if fn is None:  # CHECK without a status function: unknown
+            return await self.resolve((_UNKNOWN, None, None))
+        a = json.loads(_raw_text(s, _step_check_target if is_check
+                                 else _step_args))
+        key = _decode(_step_check_key(s) if is_check else _step_key(s))
+        deadline_ms = _step_deadline_ms(s)
+        late: list = []
+        if inspect.iscoroutinefunction(fn):
+            task = _attempt(fn, a, key, is_check, t.not_applied_on)
+        else:
+            task = _thread_attempt(fn, a, key, is_check, t.not_applied_on,
+                                   self.context, late)
+        if type(task) is tuple:  # an async tool that never had to wait
+            v = task
+            return await (self.resolve(v) if is_check
+                          else self.finish(v, ENDED))
+        if not task.done():
+            await asyncio.wait((task,), timeout=deadline_ms / 1000)
+        if task.done():
+            v = task.result()
+            return await (self.resolve(v) if is_check
+                          else self.finish(v, ENDED))
+        if is_check:  # the check itself: unknown (its late word is dropped:
+            # "not applied" then proves nothing, SPEC 6a)
+            return await self.resolve((_UNKNOWN, None, None))
+        _outlived()
+        record = self.late_recorder()
+        late.append(record)
+        _record_late(task, record)
+        return await self.finish(
+            (_UNKNOWN, None, b"no answer within %d ms" % deadline_ms), 0)
 
     async def run(self) -> str:
         """The call, to the envelope's text."""
-        loop = asyncio.get_running_loop()
-        hop = self.hop
+        from .guard import (_args_text, _name, _turn, _step_delay_ms,
+                            _step_envelope, _raw_text)
+        t = self.tool
         try:
-            r = await hop(loop, self.begin)
-            while r[0] != ANSWER:
-                kind, args, key, deadline_ms = r
-                is_check = kind == CHECK
-                fn = self.tool.status if is_check else self.tool.fn
-                task = _attempt(fn, json.loads(args), key, is_check,
-                                self.tool.not_applied_on)
-                if not task.done():
-                    await asyncio.wait((task,), timeout=deadline_ms / 1000)
-                if task.done():
-                    v = task.result()
-                    r = await (hop(loop, self.resolve, v) if is_check
-                               else hop(loop, self.finish, v, True))
-                elif is_check:
-                    r = await hop(loop, self.resolve, (_UNKNOWN, None, None))
+            self.q = _queue_for(t.guard, asyncio.get_running_loop())
+            a = _args_text(self.args)
+            # a status function given in code is a status check, whatever
+            # the policy names
+            c = L.Call(_name(self.session, "session"),
+                       _name(self.call_id, "call_id"), t._name, a, len(a),
+                       _turn(self.turn), 1 if t.status is not None else 0)
+            nxt = await self.op(L.queue_begin, ctypes.byref(c))
+            while nxt != _ANSWER:
+                if nxt == _WAIT:
+                    await asyncio.sleep(_step_delay_ms(self.step) / 1000)
+                    nxt = await self.op(L.queue_poll)
+                elif nxt == _EXECUTE:
+                    delay = _step_delay_ms(self.step)
+                    if delay:
+                        await asyncio.sleep(delay / 1000)
+                    nxt = await self.attempt(False)
                 else:
-                    from .guard import _outlived
-                    _outlived()
-                    _record_late(task, self.late_recorder())
-                    r = await hop(loop, self.timed_out)
-            return str(r[1])
-        except BaseException:
-            # a failure of the log (raised here), or the loop shutting down
-            # under the drive: the step is freed; the record stays as the
+                    nxt = await self.attempt(True)
+            if self.gone and self.told:
+                # the caller left while the answer was being recorded as
+                # delivered: undo it, the model was not told
+                await self.op(L.queue_undelivered, flags=None)
+            return _raw_text(self.step, _step_envelope)
+        finally:
+            # answered, a failure of the log (raised), or the loop shutting
+            # down under the drive: the step is freed (one the queue holds
+            # is freed when its completion comes); the record stays as the
             # log has it
-            self.abandon()
-            raise
+            if self.step:
+                L.step_free(self.step)
+                self.step = None
+
+
+def _on_loop(loop: Optional[asyncio.AbstractEventLoop]) -> bool:
+    try:
+        return loop is not None and asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _attempt(fn: Callable[..., Awaitable[Any]], a: Any, key: str,
              is_check: bool, not_applied_on: Tuple[type, ...] = ()
-             ) -> "asyncio.Future[Verdict]":
-    """An async tool (or status function) as a task of the running loop,
-    in the drive's context (a copy of the caller's) with current_key()
-    set.  The task's result is the verdict (outcome, result, error)."""
+             ) -> Any:
+    """An async tool (or status function), in the drive's context (a copy
+    of the caller's) with current_key() set, started at once on the
+    drive's own step (as an eager task is): one that returns without
+    having to wait is its verdict (outcome, result, error), with no task
+    made; one that waits goes on as a task of the running loop, whose
+    result is the verdict."""
     from .guard import _current_key, _verdict
 
     async def run() -> Verdict:
@@ -378,19 +401,67 @@ def _attempt(fn: Callable[..., Awaitable[Any]], a: Any, key: str,
                 raise exc
             return _verdict(value_of, is_check, not_applied_on)
         return _verdict(lambda: value, is_check)
-    t = asyncio.ensure_future(run())
+    coro = run()
+    try:
+        waits_on = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    t = asyncio.ensure_future(_go_on(coro, waits_on))
     _keep(t)
     return t
 
 
+@types.coroutine
+def _go_on(coro: Any, waits_on: Any) -> Any:
+    """The rest of a coroutine started by hand, as a task's: what it waits
+    on goes to the task, what the task sends or throws goes to it."""
+    while True:
+        try:
+            try:
+                sent = yield waits_on
+            except BaseException as e:
+                waits_on = coro.throw(e)
+            else:
+                waits_on = coro.send(sent)
+        except StopIteration as done:
+            return done.value
+
+
+def _thread_attempt(fn: Callable[..., Any], a: Any, key: str, is_check: bool,
+                    not_applied_on: Tuple[type, ...],
+                    context: contextvars.Context,
+                    late: list) -> "asyncio.Future[Verdict]":
+    """A plain tool (or status function) on a thread of the tool pool; a
+    future of the running loop with its verdict.  When the loop is gone by
+    the time it ends, what ``late`` holds records its verdict there."""
+    from .guard import _in_context, _settled, _verdict, _inflight_add
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def job() -> None:
+        _inflight_add(1)
+        try:
+            v = _verdict(lambda: _settled(_in_context(fn, a, key, context)),
+                         is_check, not_applied_on)
+        finally:
+            _inflight_add(-1)
+        try:
+            loop.call_soon_threadsafe(_settle_future, fut, True, v)
+        except RuntimeError:  # the loop is closed: record it from here
+            for f in late:
+                f(v)
+    _tool_pool.submit(job)
+    return fut
+
+
 def _record_late(task: "asyncio.Future[Verdict]",
                  record: Callable[[Verdict], None]) -> None:
-    """When the tool's task ends after the deadline, record its outcome
-    (on a thread: the log's write).  A task cancelled (its loop closed
-    under it) records nothing: the action stays in doubt."""
+    """When the tool's task ends after the deadline, record its outcome.
+    A task cancelled (its loop closed under it) records nothing: the action
+    stays in doubt."""
     def done(t: "asyncio.Future[Verdict]") -> None:
         if not t.cancelled():
-            _log_pool.submit(record, t.result())
+            record(t.result())
     task.add_done_callback(done)
 
 

@@ -164,6 +164,14 @@ class Settlement(_Sized):
                 ("rc", c_int)]
 
 
+class Completion(ctypes.Structure):
+    """idem_completion: size (set in the first element: the stride),
+    user, step, op, rc, next, answer, errmsg."""
+    _fields_ = [("size", c_size_t), ("user", c_void_p), ("step", c_void_p),
+                ("op", c_int), ("rc", c_int), ("next", c_int),
+                ("answer", c_int), ("errmsg", c_char_p)]
+
+
 def _fn(name: str, restype: Any, *argtypes: Any) -> Any:
     f = getattr(lib, name)
     f.restype = restype
@@ -245,6 +253,40 @@ step_delay_ms = _fn("idem_step_delay_ms", c_longlong, c_void_p)
 step_answer = _fn("idem_step_answer", c_int, c_void_p)
 step_envelope = _fn("idem_step_envelope", c_void_p, c_void_p, SZ)
 step_token = _fn("idem_step_token", c_longlong, c_void_p)
+
+# The completion queue (asyncio's path).  Its submissions and pop never
+# wait (a lock held for a moment, a thread started at most): they keep the
+# GIL (PyDLL), which spares a release and a re-acquisition per step.
+# Closing waits for the operations in flight: it releases the GIL (CDLL).
+_pyq = ctypes.PyDLL(path)
+
+
+def _qfn(name: str, restype: Any, *argtypes: Any) -> Any:
+    f = _pyq[name]
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+queue_open = _fn("idem_queue_open", c_int, c_void_p, PP)
+queue_close = _fn("idem_queue_close", None, c_void_p)
+queue_fd = _qfn("idem_queue_fd", c_int, c_void_p)
+queue_pending = _qfn("idem_queue_pending", c_size_t, c_void_p)
+queue_pop = _qfn("idem_queue_pop", c_int, c_void_p, P(Completion), c_size_t,
+                 SZ)
+queue_begin = _qfn("idem_queue_begin", c_int, c_void_p, P(Call), c_int,
+                   c_void_p)
+queue_finish = _qfn("idem_queue_finish", c_int, c_void_p, c_void_p, c_int,
+                    c_char_p, c_size_t, c_char_p, c_int, c_void_p)
+queue_resolve = _qfn("idem_queue_resolve", c_int, c_void_p, c_void_p, c_int,
+                     c_char_p, c_size_t, c_int, c_void_p)
+queue_poll = _qfn("idem_queue_poll", c_int, c_void_p, c_void_p, c_int,
+                  c_void_p)
+queue_undelivered = _qfn("idem_queue_undelivered", c_int, c_void_p, c_void_p,
+                         c_void_p)
+queue_late = _qfn("idem_queue_late", c_int, c_void_p, c_char_p, c_char_p,
+                  c_longlong, c_int, c_char_p, c_size_t, c_char_p, c_int,
+                  c_void_p)
 
 # What a tool hands over for the library to free (its result and error)
 # comes from the library's own allocator (idem.h: one rule for memory).

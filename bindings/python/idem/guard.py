@@ -366,6 +366,8 @@ class Guard(_Handle):
         self._g = h.value
         self._gp = _c_void_p(h.value)  # passed as is, no conversion per call
         self._tools: Dict[Tuple[str, Any, Any], GuardedTool] = {}
+        # acall's completion queues, one per event loop (_aio)
+        self._queues: Dict[int, Any] = {}
 
     def _h(self) -> int:
         if self._g is None:
@@ -377,6 +379,7 @@ class Guard(_Handle):
         keep the C guard until they end."""
         if self._g is not None:
             self._gp = None
+            _aio.close_queues(self)
             L.guard_close(self._g)
             self._g = None
 
@@ -648,6 +651,14 @@ def _step_text(step: "Step", fn: Any) -> Optional[str]:
     n = _c_size_t()
     p = fn(step._h(), _byref(n))
     return _string_at(p, n.value).decode("utf-8") if p else None
+
+
+def _raw_text(s: int, fn: Any) -> str:
+    """A (pointer, length) accessor's text, of a step as a bare pointer
+    (the asyncio path's), "" when it has none."""
+    n = _c_size_t()
+    p = fn(s, _byref(n))
+    return _string_at(p, n.value).decode("utf-8") if p else ""
 
 
 def _accessor(fn: Any, convert: Optional[Callable[[Any], Any]],
@@ -988,9 +999,10 @@ class GuardedTool:
     async def acall(self, session: str, call_id: str, args: Args,
                     turn: Optional[str] = None) -> Envelope:
         """Guard one call from asyncio; the Envelope.  The event loop is
-        never blocked: the log's writes run on threads of the binding's
-        own, an ``async def`` tool runs as a task of this loop (so it may
-        use the loop's client sessions), a plain one on a thread.  The
+        never blocked: the log's writes go through the C library's
+        completion queue (its own threads; the loop watches the queue's
+        pipe), an ``async def`` tool runs as a task of this loop (so it
+        may use the loop's client sessions), a plain one on a thread.  The
         guard owns the deadline: past it the answer is outcome_unknown
         (after the status check), while the tool's task goes on, and its
         result is recorded when it comes (SPEC 6a: a task still running is

@@ -5,10 +5,25 @@ task still lands and is recorded, a cancelled caller does not cancel the
 attempt, and contextvars (and idem.current_key()) are seen inside tools."""
 import asyncio
 import contextvars
+import os
+import subprocess
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from tests.support import idem, ARGS, NOCHECK_POLICY, policy, LogTest
+
+# Another process holds the log's write lock for HOLD_S, then lets go.
+LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=5)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+HOLD_S = 0.4
 
 request_id = contextvars.ContextVar("request_id", default=None)
 
@@ -178,3 +193,90 @@ class Async(LogTest):
             self.assertEqual(seen, [("req-42", True), ("req-43", True),
                                     ("req-43", True)])
             self.assertIsNone(idem.current_key())
+
+    def test_no_thread_per_call(self):
+        # 200 calls in flight at once: their log operations go through the
+        # C library's completion queue, so Python starts no thread for them
+        led = Ledger()
+        with self.guard() as g:
+            @g.tool("refund_payment")
+            async def refund(args, key):
+                waiting.append(key)
+                await gate.wait()
+                led.keys.append(key)
+                return {"refund_id": "re_%d" % led.count()}
+
+            async def main():
+                nonlocal gate
+                gate = asyncio.Event()
+                before = threading.active_count()
+                calls = [asyncio.ensure_future(refund.acall(
+                    "s7", "c%d" % i, '{"order_id":"o%d"}' % i))
+                    for i in range(200)]
+                while len(waiting) < 200:
+                    await asyncio.sleep(0.01)  # each call's tool is waiting
+                during = threading.active_count()
+                gate.set()
+                envs = await asyncio.gather(*calls)
+                return before, during, envs
+            gate, waiting = None, []
+            before, during, envs = asyncio.run(main())
+            self.assertLessEqual(during, before + 1, (before, during))
+            self.assertEqual([e["status"] for e in envs],
+                             ["succeeded"] * 200)
+            self.assertEqual(len(set(led.keys)), 200)
+
+    def test_the_loop_beats_while_the_log_is_locked(self):
+        # 32 calls wait for a log another process holds: a 1 ms heartbeat
+        # of the loop keeps its largest gap under 20 ms meanwhile
+        led = Ledger()
+        log = self.log()
+        with idem.Guard(log, policy(NOCHECK_POLICY, 5000)) as g:
+            @g.tool("refund_payment")
+            async def refund(args, key):
+                led.keys.append(key)
+                return {"refund_id": "re_%d" % led.count()}
+            refund("warm", "c0", '{"order_id":"warm"}')  # the log exists
+            locker = subprocess.Popen(
+                [sys.executable, "-c", LOCKER, log[len("sqlite:"):],
+                 str(HOLD_S)], stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(locker.stdout.readline().strip(), "locked")
+
+                async def main():
+                    gaps = []
+                    stop = False
+
+                    async def heartbeat():
+                        last = time.perf_counter()
+                        while not stop:
+                            await asyncio.sleep(0.001)
+                            now = time.perf_counter()
+                            gaps.append(now - last)
+                            last = now
+                    hb = asyncio.ensure_future(heartbeat())
+                    await asyncio.sleep(0.02)
+                    t0 = time.perf_counter()
+                    envs = await asyncio.gather(*[refund.acall(
+                        "s8", "c%d" % i, '{"order_id":"o%d"}' % i)
+                        for i in range(32)])
+                    waited = time.perf_counter() - t0
+                    stop = True
+                    await hb
+                    return envs, waited, max(gaps), len(gaps)
+                envs, waited, worst, beats = asyncio.run(main())
+                if os.environ.get("IDEM_TEST_VERBOSE"):
+                    print("worst gap %.2f ms, %d beats, waited %.0f ms"
+                          % (worst * 1000, beats, waited * 1000))
+            finally:
+                locker.wait(10)
+                locker.stdout.close()
+            self.assertEqual([e["status"] for e in envs],
+                             ["succeeded"] * 32)
+            self.assertEqual(len(led.keys), 33)
+            # they did wait for the lock (most of HOLD_S), and the loop
+            # beat all along
+            self.assertGreater(waited, HOLD_S / 2, waited)
+            self.assertGreater(beats, 50, beats)
+            self.assertLess(worst, 0.020, "largest gap %.1f ms over %d beats"
+                            % (worst * 1000, beats))

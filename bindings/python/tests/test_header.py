@@ -41,7 +41,8 @@ def define(text, name):
     m = re.search(r"#define %s\s+(.+)" % name, text)
     if not m:
         raise AssertionError("no #define %s in %s" % (name, HEADER))
-    expr = re.sub(r"(\d+)u\b", r"\1", m.group(1).strip())
+    expr = re.sub(r"/\*.*", "", m.group(1)).strip()
+    expr = re.sub(r"(\d+)u\b", r"\1", expr)
     if not re.fullmatch(r"[\d\s()*+]+", expr):
         raise AssertionError("cannot read %s = %s" % (name, expr))
     return eval(expr)
@@ -157,6 +158,20 @@ class Header(unittest.TestCase):
         self.assertEqual({n.name: n.value for n in idem.Next},
                          {k[len("IDEM_NEXT_"):]: v
                           for k, v in members.items()})
+        self.assertEqual((_aio._ANSWER, _aio._EXECUTE, _aio._CHECK,
+                          _aio._WAIT),
+                         (members["IDEM_NEXT_ANSWER"],
+                          members["IDEM_NEXT_EXECUTE"],
+                          members["IDEM_NEXT_CHECK"],
+                          members["IDEM_NEXT_WAIT"]))
+
+    def test_the_queue(self):
+        # asyncio's path: the completion's layout and the flags
+        self.assertEqual([f for f, _ in _lib.Completion._fields_],
+                         struct_fields(self.text, "idem_completion"))
+        self.assertEqual(_aio.DELIVER, define(self.text,
+                                              "IDEM_QUEUE_DELIVER"))
+        self.assertEqual(_aio.ENDED, define(self.text, "IDEM_QUEUE_ENDED"))
 
     def test_tool_classes(self):
         want = by_suffix(enum(self.text, "idem_class"), "IDEM_CLASS_")
