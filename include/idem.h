@@ -457,7 +457,9 @@ IDEM_API void idem_record_free(idem_record *r);
 ** late result) is still given to idem_step_finish(), even after ANSWER: the
 ** guard records it (resolution "late").  idem_guard_call() does all of this
 ** for a tool given as functions, running the tool on a worker thread so
-** that the guard, not the tool, owns the deadline.
+** that the guard, not the tool, owns the deadline.  An event loop submits
+** the same operations to a completion queue instead (idem_queue_*, below):
+** nothing then blocks its thread.
 **
 ** A guard is safe to share between threads; a step belongs to one thread.
 ** A live step holds its guard: closing the guard first is allowed, and the
@@ -572,15 +574,6 @@ IDEM_API int idem_step_delivered(idem_step *s);
 ** for the same record in between is undone with it. */
 IDEM_API int idem_step_undelivered(idem_step *s);
 IDEM_API void idem_step_free(idem_step *s);
-
-/* Why the last call on s that failed (idem_guard_begin when it made s,
-** idem_step_finish, _resolve, _poll, _delivered, _undelivered) failed:
-** idem_guard_errmsg() of the thread it ran on, as it was then; "" when
-** the last such call succeeded.  For hosts whose calls of one step run on
-** whatever thread a pool gives (a binding's async calls): the step keeps
-** the text, so it can be read on another thread.  Borrowed until the
-** next call on s.  (Added after 0.4.0.) */
-IDEM_API const char *idem_step_errmsg(const idem_step *s);
 
 /* Accessors; strings are borrowed until the next call on s. */
 IDEM_API const char *idem_step_key(const idem_step *s);

@@ -169,7 +169,6 @@ struct idem_step {
   idem_record *earlier; /* the fencing action, in FENCE and its CHECK     */
   char *why; /* what left our own action in doubt, in the executor's words */
              /* ("no answer within 5000 ms"); said to the model, or NULL  */
-  char *err; /* why the last failing call on the step failed, or NULL    */
   idem__buf env;
 };
 
@@ -1326,8 +1325,7 @@ static int call_copy(idem_guard *g, const idem_call *call, idem_call *cur) {
   return IDEM_OK;
 }
 
-static int guard_begin_(idem_guard *g, const idem_call *call_in,
-                        idem_step **out) {
+int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   idem_step *s;
   idem_key k;
   idem_keyspec spec;
@@ -1722,8 +1720,8 @@ static char *result_json(idem_canon *c, const char *result, size_t len) {
   return r;
 }
 
-static int step_finish_(idem_step *s, int outcome, const char *result,
-                        size_t result_len, const char *error) {
+int idem_step_finish(idem_step *s, int outcome, const char *result,
+                     size_t result_len, const char *error) {
   idem__change ch;
   idem_record *now = NULL;
   char *res = NULL;
@@ -1931,8 +1929,8 @@ int idem_guard_executor_lease(idem_guard *g, const char *session,
   return rc ? store_fail(g, rc) : IDEM_OK;
 }
 
-static int step_resolve_(idem_step *s, int outcome, const char *result,
-                         size_t result_len) {
+int idem_step_resolve(idem_step *s, int outcome, const char *result,
+                      size_t result_len) {
   idem__change ch;
   idem_record *now = NULL, *e;
   char *res = NULL;
@@ -2018,7 +2016,7 @@ static int step_resolve_(idem_step *s, int outcome, const char *result,
   return rc;
 }
 
-static int step_poll_(idem_step *s) {
+int idem_step_poll(idem_step *s) {
   if (!step_ok(s)) return IDEM_MISUSE;
   if (s->phase != PH_WAIT)
     return gfail(s->g, IDEM_MISUSE, "poll without a WAIT");
@@ -2040,7 +2038,7 @@ static int stamp(idem_step *s, const char *session, const char *call_id,
   return rc ? store_fail(s->g, rc) : IDEM_OK;
 }
 
-static int step_delivered_(idem_step *s) {
+int idem_step_delivered(idem_step *s) {
   long long now;
   int rc;
   if (!step_ok(s)) return IDEM_MISUSE;
@@ -2061,7 +2059,7 @@ static int step_delivered_(idem_step *s) {
   return IDEM_OK;
 }
 
-static int step_undelivered_(idem_step *s) {
+int idem_step_undelivered(idem_step *s) {
   int rc;
   if (!step_ok(s)) return IDEM_MISUSE;
   if (s->dup_stamped) {
@@ -2075,50 +2073,6 @@ static int step_undelivered_(idem_step *s) {
     s->stamped = s->told = 0;
   }
   return IDEM_OK;
-}
-
-/* ---- the step's own copy of its last failure ------------------------------
-**
-** idem_guard_errmsg() is per thread; a host that runs each call of a step on
-** whatever thread its pool gives (a binding's async calls) reads the text
-** on another thread, so the public calls on a step keep a copy of the
-** message of their failure on the step itself (idem_step_errmsg). */
-
-static int step_keep_err(idem_step *s, int rc) {
-  if (!s || s->magic != STEP_MAGIC) return rc;
-  idem__free(s->err);
-  s->err = rc ? idem__strdup(s->g ? idem_guard_errmsg(s->g) : "") : NULL;
-  return rc;
-}
-
-int idem_guard_begin(idem_guard *g, const idem_call *call, idem_step **out) {
-  int rc = guard_begin_(g, call, out);
-  return rc && out ? step_keep_err(*out, rc) : rc;
-}
-
-int idem_step_finish(idem_step *s, int outcome, const char *result,
-                     size_t result_len, const char *error) {
-  return step_keep_err(s, step_finish_(s, outcome, result, result_len, error));
-}
-
-int idem_step_resolve(idem_step *s, int outcome, const char *result,
-                      size_t result_len) {
-  return step_keep_err(s, step_resolve_(s, outcome, result, result_len));
-}
-
-int idem_step_poll(idem_step *s) { return step_keep_err(s, step_poll_(s)); }
-
-int idem_step_delivered(idem_step *s) {
-  return step_keep_err(s, step_delivered_(s));
-}
-
-int idem_step_undelivered(idem_step *s) {
-  return step_keep_err(s, step_undelivered_(s));
-}
-
-const char *idem_step_errmsg(const idem_step *s) {
-  if (!s || s->magic != STEP_MAGIC) return "bad idem_step handle";
-  return s->err ? s->err : "";
 }
 
 void idem_step_free(idem_step *s) {
@@ -2139,7 +2093,6 @@ void idem_step_free(idem_step *s) {
   idem__free(s->check_args);
   idem_record_free(s->earlier);
   idem__free(s->why);
-  idem__free(s->err);
   idem__free(s->dup_session);
   idem__free(s->dup_call);
   idem__buf_free(&s->env);

@@ -1881,55 +1881,6 @@ static void test_undelivered(void) {
   idem_policy_free(p);
 }
 
-/* ---- a step keeps the text of its failures ------------------------------------
-** idem_guard_errmsg is per thread; idem_step_errmsg is the step's, so a host
-** whose calls of one step run on a pool's threads reads it on another. */
-
-typedef struct {
-  idem_guard *g;
-  idem_step *s;
-  char step_msg[256], guard_msg[256];
-} errmsg_read;
-
-static void *read_errmsg(void *arg) {
-  errmsg_read *r = arg;
-  snprintf(r->step_msg, sizeof r->step_msg, "%s", idem_step_errmsg(r->s));
-  snprintf(r->guard_msg, sizeof r->guard_msg, "%s", idem_guard_errmsg(r->g));
-  return NULL;
-}
-
-static void test_step_errmsg(void) {
-  idem_policy *p = policy(REFUND_POLICY);
-  idem_guard *g = open_guard(p);
-  idem_step *s = NULL;
-  idem_call c = {.size = sizeof c, .session = "s", .call_id = "e1",
-                 .tool = "refund_payment", .args = "{}", .args_len = 2,
-                 .turn = ""};
-  errmsg_read r = {.g = g};
-  pthread_t t;
-  /* begin fails after making the step: the step has the text */
-  CHECK_INT(idem_guard_begin(g, &c, &s), IDEM_MISUSE);
-  CHECK(s != NULL);
-  CHECK(strstr(idem_step_errmsg(s), "the turn id is empty") != NULL);
-  idem_step_free(s);
-  s = begin_turn(g, "e2", "t1");
-  CHECK_STR(idem_step_errmsg(s), "");
-  CHECK_INT(idem_step_poll(s), IDEM_MISUSE);
-  r.s = s;
-  CHECK_INT(pthread_create(&t, NULL, read_errmsg, &r), 0);
-  CHECK_INT(pthread_join(t, NULL), 0);
-  CHECK_STR(r.step_msg, "poll without a WAIT");
-  CHECK_STR(r.guard_msg, ""); /* that thread had no failure of its own */
-  /* the next call that succeeds clears it */
-  CHECK_INT(idem_step_finish(s, IDEM_OUTCOME_APPLIED, "{}", 2, NULL),
-            IDEM_OK);
-  CHECK_STR(idem_step_errmsg(s), "");
-  CHECK_STR(idem_step_errmsg(NULL), "bad idem_step handle");
-  idem_step_free(s);
-  idem_guard_close(g);
-  idem_policy_free(p);
-}
-
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--die-mid-call") == 0)
     return die_mid_call(argv[2]);
@@ -1960,6 +1911,5 @@ int main(int argc, char **argv) {
   test_fence_by_text();
   test_fence_v0();
   test_undelivered();
-  test_step_errmsg();
   return check_done();
 }

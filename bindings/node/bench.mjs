@@ -3,7 +3,7 @@
 // (docs/PERFORMANCE.md, "The Node binding").
 //
 //   node bindings/node/bench.mjs [--idem build/idem] [--rounds 3]
-//        [--per-task 40] [--replays 300] [--dir DIR] [--tuned]
+//        [--per-task 40] [--replays 300] [--dir DIR]
 //
 // Each round runs `idem bench --only guard --dir DIR` (the C figures:
 // guard_32, 32 sessions on threads calling idem_guard_call; replay, a
@@ -13,8 +13,6 @@
 //            --per-task guarded calls (distinct refunds, the C bench's
 //            arguments) through Tool.call of an async tool: calls/s;
 //   replay   a recorded call again, one at a time: the median in µs.
-// --tuned first raises libuv's pool (UV_THREADPOOL_SIZE=64) and koffi's
-// resident async pools (8, its most): process-wide settings a host may choose.
 // One JSON object per figure, and a summary with each side's best round
 // and the ratios.  Not a test: nothing asserts a time.
 import fs from 'node:fs';
@@ -22,6 +20,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
+import { Guard } from './src/index.js';
 
 const { values: o } = parseArgs({ options: {
   idem: { type: 'string', default: 'build/idem' },
@@ -29,12 +28,7 @@ const { values: o } = parseArgs({ options: {
   'per-task': { type: 'string', default: '40' },
   replays: { type: 'string', default: '300' },
   dir: { type: 'string' },
-  tuned: { type: 'boolean', default: false },
 } });
-if (o.tuned) process.env.UV_THREADPOOL_SIZE = '64';
-const koffi = (await import('koffi')).default;
-if (o.tuned) koffi.config({ ...koffi.config(), resident_async_pools: 8 });
-const { Guard } = await import('./src/index.js');
 
 const SESSIONS = 32;
 const refundArgs = (id) => `{"order_id":"ord_${id}","amount_cents":6000,` +
@@ -115,7 +109,7 @@ for (let r = 0; r < Number(o.rounds); r++) {
   console.log(JSON.stringify({ round: r, guard_32: g32, node_32: n32,
     c_replay_us: crep, node_replay_us: nrep, c: c.guard_32 }));
 }
-console.log(JSON.stringify({ summary: true, tuned: o.tuned, ...best,
+console.log(JSON.stringify({ summary: true, ...best,
   node_32_over_guard_32: +(best.node_32 / best.guard_32).toFixed(2),
   replay_over_c: +(best.node_replay / best.c_replay).toFixed(1) }));
 if (!o.dir) fs.rmSync(dir, { recursive: true, force: true });

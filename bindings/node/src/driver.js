@@ -1,38 +1,117 @@
-// The one place where the binding calls the step API of libidem (idem.h,
-// "Two-phase use"): everything that may wait on the attempt log (begin,
-// finish, resolve, poll, delivered, undelivered) runs through koffi's
-// `.async` form on libuv's thread pool, so the event loop never blocks on
-// the log; what only reads the step (next, key, args, envelope) or does no
-// I/O (attempt_ended, free) is called directly.
+// The one place where the binding calls libidem's step API (idem.h): the
+// operations that may wait on the attempt log (begin, finish, resolve,
+// poll, delivered, undelivered) are submitted to the guard's completion
+// queue, which runs them on the library's own worker threads; the event
+// loop watches the queue's pipe (a socket on a dup of its read end) and
+// pops the completions when it is readable, each with its return code and
+// its own error text.  What only reads a step the binding holds (next,
+// key, args, envelope) or frees it is called directly.
 //
 // idem_guard_call is never used: it would run a JS tool from a foreign
 // thread, which koffi relays to the loop and blocks until the function
 // returns, not until its Promise settles (a deadlock until the deadline).
 //
-// A failed call's text is read from the step (idem_step_errmsg), which keeps
-// it: idem_guard_errmsg is per thread, and the thread was libuv's.
-//
-// The rest of the binding sees only this module's functions, so the driver
-// can move onto a completion queue of the C library without the rest
-// changing.
+// The rest of the binding sees only this module's functions.
+import net from 'node:net';
 import { lib } from './lib.js';
+import koffi from 'koffi';
 import { errorFor, MisuseError } from './errors.js';
 
 export const NEXT = { ANSWER: 1, EXECUTE: 2, CHECK: 3, WAIT: 4 };
 export const OUTCOME = { APPLIED: 1, REJECTED: 2, NOT_APPLIED: 3, UNKNOWN: 4 };
+/** Flags of a submission: record the delivery at ANSWER (only while the
+ * caller still waits); the attempt ended before this finish. */
+export const DELIVER = 1;
+export const ENDED = 2;
 
-function async_(fn, args) {
-  return new Promise((resolve, reject) => {
-    fn.async(...args, (err, rc) => (err ? reject(err) : resolve(rc)));
-  });
+const POP = 32; // completions taken per idem_queue_pop
+
+/** A guard and its queue: G of the functions below. */
+class Queued {
+  constructor(L, g) {
+    this.L = L;
+    this.g = g;
+    this.q = null;
+    this.waiting = new Map(); // operation number -> its promise's resolve
+    this.seq = 0;
+    this.closing = false;
+    this.idle = null; // close() waits here for the last completion
+    this.buf = Buffer.alloc(L.completionSize * POP);
+    const out = [null];
+    const rc = L.queue_open(g, out);
+    if (rc) throw errorFor(rc, L.guard_errmsg(g) || L.strerror(rc));
+    this.q = out[0];
+    // the socket reads the pipe's byte: each read is one "completions
+    // wait" edge, and pop() drains them all; it owns a dup of the fd, so
+    // destroying it never closes the queue's own
+    this.sock = new net.Socket({ fd: L.dup(L.queue_fd(this.q)),
+      readable: true, writable: false });
+    this.sock.on('data', () => this.drain());
+    this.sock.on('error', () => {});
+    this.sock.unref(); // nothing waits yet: the process may exit
+  }
+
+  drain() {
+    const { L, buf, waiting } = this;
+    const got = [0];
+    for (;;) {
+      buf.writeBigUInt64LE(BigInt(L.completionSize), 0);
+      L.queue_pop(this.q, buf, POP, got);
+      if (!got[0]) break;
+      for (let i = 0; i < got[0]; i++) {
+        const c = koffiDecode(L, buf, i);
+        const done = waiting.get(Number(c.user));
+        waiting.delete(Number(c.user));
+        done?.(c);
+      }
+    }
+    if (!waiting.size) {
+      this.sock.unref();
+      this.idle?.();
+    }
+  }
+
+  /** Submit fn(q, ...args, n): the completion, when it comes. */
+  submit(fn, args) {
+    if (this.closing)
+      return Promise.reject(new MisuseError('the guard is closed'));
+    const n = ++this.seq;
+    const rc = fn(this.q, ...args, n);
+    if (rc) {
+      return Promise.reject(errorFor(rc, this.L.guard_errmsg(this.g) ||
+        this.L.strerror(rc)));
+    }
+    if (!this.waiting.size) this.sock.ref(); // a completion is due
+    return new Promise((resolve) => this.waiting.set(n, resolve));
+  }
+
+  /** Refuse new operations, let those in flight complete (each a few
+   * writes of the log: they always do), then close the queue and the
+   * guard.  A step is the binding's again once its completion is popped,
+   * so none is left to the queue. */
+  async close() {
+    this.closing = true;
+    while (this.waiting.size)
+      await new Promise((resolve) => { this.idle = resolve; });
+    this.sock.destroy();
+    this.L.queue_close(this.q);
+    this.q = null;
+    this.L.guard_close(this.g);
+  }
 }
 
-function fail(L, s, rc, what) {
-  const text = s ? L.step_errmsg(s) : '';
-  return errorFor(rc, text || `${what}: ${L.strerror(rc)}`);
+function koffiDecode(L, buf, i) {
+  return koffi.decode(buf, i * L.completionSize, L.Completion);
 }
 
-/** Open a guard (synchronous: once per guard).  policy: a handle or null. */
+/** The completion's step and next, or its failure thrown. */
+function settled(L, c, what) {
+  if (c.rc) throw errorFor(c.rc, c.errmsg || `${what}: ${L.strerror(c.rc)}`);
+  return c.next;
+}
+
+/** Open a guard and its queue (synchronous: once per guard).  policy: a
+ * handle or null. */
 export function open(url, policy) {
   const L = lib();
   const out = [null];
@@ -42,26 +121,31 @@ export function open(url, policy) {
     if (out[0]) L.guard_close(out[0]);
     throw errorFor(rc, msg || L.strerror(rc));
   }
-  return out[0];
+  try {
+    return new Queued(L, out[0]);
+  } catch (e) {
+    L.guard_close(out[0]);
+    throw e;
+  }
 }
 
-export function close(g) {
-  lib().guard_close(g);
-}
+/** Close the queue (after the operations in flight) and the guard. */
+export const close = (G) => G.close();
 
 /** An operator's verdict (idem_guard_resolve).  Synchronous, unlike the
  * step's calls: its failure's text is idem_guard_errmsg of this thread,
  * and it is an operator's rare act, not a model's call. */
-export function resolveAction(g, session, callId, outcome, result, reason,
+export function resolveAction(G, session, callId, outcome, result, reason,
   by) {
   const L = lib();
+  const g = G.g;
   const rc = L.guard_resolve(g, session, callId, outcome, result,
     result == null ? 0 : Buffer.byteLength(result, 'utf8'), reason, by);
   if (rc) throw errorFor(rc, L.guard_errmsg(g) || L.strerror(rc));
 }
 
-export function owner(g) {
-  return lib().guard_owner(g);
+export function owner(G) {
+  return lib().guard_owner(G.g);
 }
 
 function policyOut(L, rc, out) {
@@ -88,46 +172,35 @@ export function policyLoad(file) {
 
 export const policyFree = (p) => lib().policy_free(p);
 
-/** Decide a call: the step (free it with free()), or an IdemError. */
-export async function begin(g, ids, tool, args, ownCheck) {
+/** Decide a call: {step (free it with free()), next}, or an IdemError. */
+export async function begin(G, ids, tool, args, ownCheck, flags) {
   const L = lib();
   const call = {
-    size: 0, session: ids.session, call_id: ids.callId, tool,
+    size: L.callSize, session: ids.session, call_id: ids.callId, tool,
     args, args_len: Buffer.byteLength(args, 'utf8'),
     turn: ids.turn ?? null, own_check: ownCheck ? 1 : 0,
   };
-  call.size = L.callSize;
-  const out = [null];
-  const rc = await async_(L.guard_begin, [g, call, out]);
-  if (rc) {
-    const err = fail(L, out[0], rc, 'begin');
-    if (out[0]) L.step_free(out[0]);
-    throw err;
-  }
-  return out[0];
+  const c = await G.submit(L.queue_begin, [call, flags]);
+  if (c.rc && c.step) L.step_free(c.step);
+  return { step: c.step, next: settled(L, c, 'begin') };
 }
 
-async function op(fn, s, args, what) {
-  const L = lib();
-  const rc = await async_(fn, [s, ...args]);
-  if (rc) throw fail(L, s, rc, what);
-}
+const len = (text) => (text == null ? 0 : Buffer.byteLength(text, 'utf8'));
 
-export const finish = (s, outcome, result, error) =>
-  op(lib().step_finish, s, [outcome, result,
-    result == null ? 0 : Buffer.byteLength(result, 'utf8'), error], 'finish');
-export const resolve = (s, outcome, result) =>
-  op(lib().step_resolve, s, [outcome, result,
-    result == null ? 0 : Buffer.byteLength(result, 'utf8')], 'resolve');
-export const poll = (s) => op(lib().step_poll, s, [], 'poll');
-export const delivered = (s) => op(lib().step_delivered, s, [], 'delivered');
-export const undelivered = (s) =>
-  op(lib().step_undelivered, s, [], 'undelivered');
-
-export function ended(s) {
-  const rc = lib().step_attempt_ended(s);
-  if (rc) throw new MisuseError('attempt_ended on a bad step', rc);
-}
+/** Each resolves to the step's next after the operation. */
+export const finish = async (G, s, outcome, result, error, flags) =>
+  settled(lib(), await G.submit(lib().queue_finish,
+    [s, outcome, result, len(result), error, flags]), 'finish');
+export const resolve = async (G, s, outcome, result, flags) =>
+  settled(lib(), await G.submit(lib().queue_resolve,
+    [s, outcome, result, len(result), flags]), 'resolve');
+export const poll = async (G, s, flags) =>
+  settled(lib(), await G.submit(lib().queue_poll, [s, flags]), 'poll');
+export const delivered = async (G, s) =>
+  settled(lib(), await G.submit(lib().queue_delivered, [s]), 'delivered');
+export const undelivered = async (G, s) =>
+  settled(lib(), await G.submit(lib().queue_undelivered, [s]),
+    'undelivered');
 
 export const next = (s) => lib().step_next(s);
 export const free = (s) => lib().step_free(s);
@@ -136,12 +209,12 @@ export const free = (s) => lib().step_free(s);
  * deadline and the delay (ms). */
 export function view(s, check) {
   const L = lib();
-  const len = [0];
+  const n = [0];
   return check
-    ? { key: L.step_check_key(s), args: L.step_check_target(s, len),
+    ? { key: L.step_check_key(s), args: L.step_check_target(s, n),
       deadlineMs: Number(L.step_deadline_ms(s)),
       delayMs: Number(L.step_delay_ms(s)) }
-    : { key: L.step_key(s), args: L.step_args(s, len),
+    : { key: L.step_key(s), args: L.step_args(s, n),
       deadlineMs: Number(L.step_deadline_ms(s)),
       delayMs: Number(L.step_delay_ms(s)) };
 }

@@ -185,7 +185,7 @@ export class Guard {
       clearTimeout(t);
     }
     this.#tools.abort(new Error('the guard was closed'));
-    D.close(g);
+    await D.close(g);
     if (this.#policy) D.policyFree(this.#policy);
     this.#policy = null;
   }
@@ -196,8 +196,8 @@ export class Guard {
     return p;
   }
 
-  _begin(ids, toolName, args, ownCheck) {
-    return D.begin(this.#handle(), ids, toolName, args, ownCheck);
+  _queue() {
+    return this.#handle();
   }
 
   get _signal() {
@@ -252,76 +252,78 @@ export class Tool {
   }
 
   async #drive(ids, args, ctl, fn) {
-    const s = await this.guard._begin(ids, this.name, args,
-      this.status !== null);
-    let late = null; // a tool run past its deadline: [its promise]
+    const G = this.guard._queue();
+    // each operation records the delivery at ANSWER while the caller
+    // still waits (DELIVER); told: the last one did
+    const deliver = () => (ctl.gone ? 0 : D.DELIVER);
+    let told = deliver();
+    const b = await D.begin(G, ids, this.name, args, this.status !== null,
+      told);
+    const s = b.step;
+    let n = b.next;
+    let late = null; // a tool run past its deadline: {run: its promise}
     try {
       for (;;) {
-        const n = D.next(s);
         if (n === D.NEXT.ANSWER) {
           const text = D.envelope(s);
-          if (!ctl.gone) {
-            await D.delivered(s);
-            // aborted meanwhile: the model was not told after all
-            if (ctl.gone) await D.undelivered(s);
-          }
+          // aborted meanwhile: the model was not told after all
+          if (told && ctl.gone) await D.undelivered(G, s);
           return envelope(text);
         }
         if (n === D.NEXT.WAIT) {
           await sleep(D.view(s, false).delayMs);
-          await D.poll(s);
+          n = await D.poll(G, s, told = deliver());
         } else if (n === D.NEXT.EXECUTE) {
-          late = await this.#execute(s, fn);
+          [n, late] = await this.#execute(G, s, fn, told = deliver());
         } else if (this.status === null) { // CHECK, none of our own
-          await D.resolve(s, D.OUTCOME.UNKNOWN, null);
+          n = await D.resolve(G, s, D.OUTCOME.UNKNOWN, null,
+            told = deliver());
         } else {
-          await this.#check(s);
+          n = await this.#check(G, s, told = deliver());
         }
       }
     } finally {
-      if (late) this.guard._keep(this.#late(s, late.run));
+      if (late) this.guard._keep(this.#late(G, s, late.run));
       else D.free(s);
     }
   }
 
-  /** Run the tool within the deadline and finish the step: null, or
-   * {run: the run's promise} when it went on past the deadline. */
-  async #execute(s, fn) {
+  /** Run the tool within the deadline and finish the step: [next, null],
+   * or [next, {run: the run's promise}] when it went on past the
+   * deadline. */
+  async #execute(G, s, fn, flags) {
     const v = D.view(s, false);
     if (v.delayMs > 0) await sleep(v.delayMs);
     const run = settle(fn, JSON.parse(v.args), v.key,
       this.guard._signal);
     const r = await within(run, v.deadlineMs);
     if (r === null) {
-      await D.finish(s, D.OUTCOME.UNKNOWN, null,
-        `no answer within ${v.deadlineMs} ms`);
-      return { run }; // boxed: an async function's returned promise is
-                      // adopted, not handed back
+      return [await D.finish(G, s, D.OUTCOME.UNKNOWN, null,
+        `no answer within ${v.deadlineMs} ms`, flags), { run }];
     }
     // it returned or threw: nothing of it runs any more (SPEC §6a)
-    D.ended(s);
-    await D.finish(s, ...verdict(r[0], r[1], false));
-    return null;
+    return [await D.finish(G, s, ...verdict(r[0], r[1], false),
+      flags | D.ENDED), null];
   }
 
-  async #check(s) {
+  async #check(G, s, flags) {
     const v = D.view(s, true);
     const r = await within(settle(this.status, JSON.parse(v.args), v.key,
       this.guard._signal), v.deadlineMs);
     // a check past its deadline proves nothing: unknown
-    await D.resolve(s, ...(r === null ? [D.OUTCOME.UNKNOWN, null]
-      : verdict(r[0], r[1], true).slice(0, 2)));
+    return D.resolve(G, s, ...(r === null ? [D.OUTCOME.UNKNOWN, null]
+      : verdict(r[0], r[1], true).slice(0, 2)), flags);
   }
 
   /** The late result of a run past its deadline, given to its step. */
-  async #late(s, run) {
+  async #late(G, s, run) {
     try {
       const [ok, value] = await run;
-      D.ended(s);
-      await D.finish(s, ...verdict(ok, value, false));
+      await D.finish(G, s, ...verdict(ok, value, false), D.ENDED);
     } catch {
-      // settled meanwhile, or the log failed: the action stays as the log
-      // has it (in doubt), for a status check or an operator
+      // settled meanwhile, the guard closed, or the log failed: the action
+      // stays as the log has it (in doubt), for a status check or an
+      // operator
     } finally {
       D.free(s);
     }

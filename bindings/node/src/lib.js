@@ -11,9 +11,9 @@
 // A library that cannot be loaded is a LibraryNotFound naming every place
 // tried and why.
 //
-// Every prototype is declared once here; the functions that may wait on the
-// attempt log are called only through their `.async` form (driver.js), so
-// the event loop never blocks on the log.
+// Every prototype is declared once here; the operations that may wait on
+// the attempt log are submitted to the library's completion queue
+// (driver.js), so the event loop never blocks on the log.
 import fs from 'node:fs';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -92,10 +92,20 @@ export function lib() {
     tool: 'const char *', args: 'const char *', args_len: 'size_t',
     turn: 'const char *', own_check: 'int',
   });
+  // idem_completion (idem.h): what idem_queue_pop fills; user is the
+  // binding's number for the operation (void * in C, the same bits)
+  const Completion = koffi.struct('idem_completion', {
+    size: 'size_t', user: 'intptr_t', step: 'void *', op: 'int', rc: 'int',
+    next: 'int', answer: 'int', errmsg: 'const char *',
+  });
+  const libc = koffi.load('libc.so.6');
   const L = {
     path: p,
     Call,
     callSize: koffi.sizeof(Call),
+    Completion,
+    completionSize: koffi.sizeof(Completion),
+    dup: libc.func('int dup(int fd)'),
     strerror: F('const char *idem_strerror(int rc)'),
     status_name: F('const char *idem_status_name(int rc)'),
     version: F('const char *idem_version(void)'),
@@ -113,18 +123,27 @@ export function lib() {
     guard_resolve: F('int idem_guard_resolve(void *g, const char *session, ' +
                      'const char *call_id, int outcome, const char *result, ' +
                      'size_t result_len, const char *reason, const char *by)'),
-    guard_begin: F('int idem_guard_begin(void *g, const idem_call *call, ' +
-                   '_Out_ void **out)'),
+    // the completion queue (idem.h): the log's operations of a step
+    queue_open: F('int idem_queue_open(void *g, _Out_ void **q)'),
+    queue_close: F('void idem_queue_close(void *q)'),
+    queue_fd: F('int idem_queue_fd(void *q)'),
+    queue_pop: F('int idem_queue_pop(void *q, void *c, size_t n, ' +
+                 '_Out_ size_t *got)'),
+    queue_begin: F('int idem_queue_begin(void *q, const idem_call *call, ' +
+                   'int flags, intptr_t user)'),
+    queue_finish: F('int idem_queue_finish(void *q, void *s, int outcome, ' +
+                    'const char *result, size_t result_len, ' +
+                    'const char *error, int flags, intptr_t user)'),
+    queue_resolve: F('int idem_queue_resolve(void *q, void *s, ' +
+                     'int outcome, const char *result, size_t result_len, ' +
+                     'int flags, intptr_t user)'),
+    queue_poll: F('int idem_queue_poll(void *q, void *s, int flags, ' +
+                  'intptr_t user)'),
+    queue_delivered: F('int idem_queue_delivered(void *q, void *s, ' +
+                       'intptr_t user)'),
+    queue_undelivered: F('int idem_queue_undelivered(void *q, void *s, ' +
+                         'intptr_t user)'),
     step_next: F('int idem_step_next(void *s)'),
-    step_finish: F('int idem_step_finish(void *s, int outcome, ' +
-                   'const char *result, size_t result_len, const char *error)'),
-    step_resolve: F('int idem_step_resolve(void *s, int outcome, ' +
-                    'const char *result, size_t result_len)'),
-    step_poll: F('int idem_step_poll(void *s)'),
-    step_delivered: F('int idem_step_delivered(void *s)'),
-    step_undelivered: F('int idem_step_undelivered(void *s)'),
-    step_attempt_ended: F('int idem_step_attempt_ended(void *s)'),
-    step_errmsg: F('const char *idem_step_errmsg(void *s)'),
     step_free: F('void idem_step_free(void *s)'),
     step_key: F('const char *idem_step_key(void *s)'),
     step_args: F('const char *idem_step_args(void *s, _Out_ size_t *len)'),

@@ -1,7 +1,8 @@
 // The binding's tables against include/idem.h, read at test time: the
-// error classes against IDEM_STATUS_MAP, the enums the driver uses, and
-// the layout of idem_call as koffi lays it out against the compiler's (a
-// small C program printing sizeof and offsetof, compiled here).
+// error classes against IDEM_STATUS_MAP, the enums and flags the driver
+// uses, and the layouts of idem_call and idem_completion as koffi lays
+// them out against the compiler's (a small C program printing sizeof and
+// offsetof, compiled here).
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -11,7 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import koffi from 'koffi';
 import { ERRORS, IdemError, JSONError, StoreError } from '../src/errors.js';
-import { NEXT, OUTCOME } from '../src/driver.js';
+import { NEXT, OUTCOME, DELIVER, ENDED } from '../src/driver.js';
 import { lib } from '../src/lib.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
@@ -53,22 +54,32 @@ function enumOf(name) {
 test('the enums the driver uses are the header\'s', () => {
   assert.deepEqual(NEXT, enumOf('idem_next'));
   assert.deepEqual(OUTCOME, enumOf('idem_outcome'));
+  assert.match(HEADER, new RegExp(`#define IDEM_QUEUE_DELIVER ${DELIVER} `));
+  assert.match(HEADER, new RegExp(`#define IDEM_QUEUE_ENDED ${ENDED} `));
 });
 
-test('idem_call as koffi lays it out is the compiler\'s', () => {
+const STRUCTS = {
+  idem_call: ['Call', ['size', 'session', 'call_id', 'tool', 'args',
+    'args_len', 'turn', 'own_check']],
+  idem_completion: ['Completion', ['size', 'user', 'step', 'op', 'rc',
+    'next', 'answer', 'errmsg']],
+};
+
+test('idem_call and idem_completion as koffi lays them out are the ' +
+  'compiler\'s', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idem-layout-'));
   try {
     // the layout does not depend on the version header, which a build makes
     fs.writeFileSync(path.join(dir, 'idem_version.h'), '');
-    const fields = ['size', 'session', 'call_id', 'tool', 'args', 'args_len',
-      'turn', 'own_check'];
+    const lines = [];
+    for (const [st, [, fields]] of Object.entries(STRUCTS)) {
+      lines.push(`  printf("${st}.sizeof %zu\\n", sizeof(${st}));`);
+      for (const f of fields)
+        lines.push(`  printf("${st}.${f} %zu\\n", offsetof(${st}, ${f}));`);
+    }
     fs.writeFileSync(path.join(dir, 'layout.c'), [
       '#include <stddef.h>', '#include <stdio.h>', '#include "idem.h"',
-      'int main(void) {',
-      '  printf("sizeof %zu\\n", sizeof(idem_call));',
-      ...fields.map((f) =>
-        `  printf("${f} %zu\\n", offsetof(idem_call, ${f}));`),
-      '  return 0;', '}', ''].join('\n'));
+      'int main(void) {', ...lines, '  return 0;', '}', ''].join('\n'));
     const exe = path.join(dir, 'layout');
     // the compiler and the program are not this process: without the
     // sanitizer's preload of the sanitizer build
@@ -79,16 +90,21 @@ test('idem_call as koffi lays it out is the compiler\'s', () => {
     const c = Object.fromEntries(execFileSync(exe, { encoding: 'utf8', env })
       .trim().split('\n').map((l) => l.split(' '))
       .map(([k, v]) => [k, Number(v)]));
-    const { Call, callSize } = lib();
-    assert.equal(callSize, c.sizeof);
-    assert.equal(koffi.sizeof(Call), c.sizeof);
-    for (const f of fields)
-      assert.equal(koffi.offsetof(Call, f), c[f], `offsetof ${f}`);
-    // the header's field list is exactly the binding's
-    const body = HEADER.match(/typedef struct idem_call \{([\s\S]*?)\} idem_call;/)[1]
-      .replace(/\/\*[\s\S]*?\*\//g, '');
-    const declared = [...body.matchAll(/(\w+);/g)].map((m) => m[1]);
-    assert.deepEqual(declared, fields);
+    const L = lib();
+    assert.equal(L.callSize, c['idem_call.sizeof']);
+    assert.equal(L.completionSize, c['idem_completion.sizeof']);
+    for (const [st, [js, fields]] of Object.entries(STRUCTS)) {
+      assert.equal(koffi.sizeof(L[js]), c[`${st}.sizeof`], `sizeof ${st}`);
+      for (const f of fields)
+        assert.equal(koffi.offsetof(L[js], f), c[`${st}.${f}`],
+          `offsetof(${st}, ${f})`);
+      // the header's field list is exactly the binding's
+      const body = HEADER.match(new RegExp(
+        `typedef struct ${st} \\{([\\s\\S]*?)\\} ${st};`))[1]
+        .replace(/\/\*[\s\S]*?\*\//g, '');
+      const declared = [...body.matchAll(/(\w+);/g)].map((m) => m[1]);
+      assert.deepEqual(declared, fields, st);
+    }
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
