@@ -7,7 +7,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Guard, currentKey, Rejected, StoreError, IdemError,
   MisuseError } from '../src/index.js';
-import { guardOn, ledger, refundPolicy } from './helpers.js';
+import { guardOn, ledger, refundPolicy, tmpLog } from './helpers.js';
 
 const SRC = fileURLToPath(new URL('../src/index.js', import.meta.url));
 
@@ -191,4 +191,43 @@ test('the event loop is never blocked: a 1 ms heartbeat while 32 calls ' +
     'fulfilled' || r.value.status !== 'succeeded')));
   assert.equal(l.applied.length, 33);
   await guard.close();
+});
+
+test('a process that ends without close() still records a late result',
+  () => {
+    const { url } = tmpLog('exitlate');
+    const policy = JSON.stringify(refundPolicy({ timeout_ms: 50 }));
+    const script = (body) => spawnSync(process.execPath, ['--input-type=module',
+      '-e', `import {Guard} from ${JSON.stringify(SRC)};
+       const g = new Guard(${JSON.stringify(url)}, {policy: ${policy}});
+       const t = g.tool('refund', (a) => new Promise((r) =>
+         setTimeout(() => r({refund_id: 'rf_late'}), 200)));
+       ${body}`], { encoding: 'utf8', timeout: 20000 });
+    // answers outcome_unknown at 50 ms and simply ends: no close()
+    let r = script(`const e = await t.call({session: 's', callId: 'c1'}, {});
+       console.log(e.status);`);
+    assert.equal(r.stdout.trim(), 'outcome_unknown', r.stderr);
+    r = script(`const e = await t.call({session: 's', callId: 'c1'}, {});
+       console.log(e.status, e.replayed, e.result.refund_id);
+       await g.close();`);
+    assert.equal(r.stdout.trim(), 'succeeded true rf_late', r.stderr);
+  });
+
+test('an operator\'s verdict settles an action in doubt', async () => {
+  const { guard } = guardOn('resolve', refundPolicy({ timeout_ms: 50 }));
+  // ends only when the guard, closed, aborts what still runs
+  const t = guard.tool('refund', (a, { signal }) => new Promise((_, no) =>
+    signal.addEventListener('abort', () => no(signal.reason))));
+  const e = await t.call({ session: 's', callId: 'c1' }, { order: 'o1' });
+  assert.equal(e.status, 'outcome_unknown');
+  assert.throws(() => guard.resolve('s', 'c1', { applied: false }),
+    MisuseError);
+  guard.resolve('s', 'c1', { applied: true, result: { refund_id: 'rf_op' },
+    by: 'ops@example' });
+  const r = await t.call({ session: 's', callId: 'c1' }, { order: 'o1' });
+  assert.equal(r.status, 'succeeded');
+  assert.equal(r.result.refund_id, 'rf_op');
+  assert.throws(() => guard.resolve('s', 'nope', { applied: true }),
+    { name: 'NotFoundError' });
+  await guard.close({ lateMs: 10 });
 });
