@@ -23,9 +23,11 @@
 //              handler (`jsonrpc:NONCE:ID`): wrap once per server.
 //
 // The model reads the envelope: aiSdk returns it as an object, agents and
-// langchain as its JSON text, mcp as a CallToolResult (docs/MCP.md).
+// langchain as its JSON text, mcp as a CallToolResult (docs/MCP.md); a
+// handler's isError means what the tool's on_is_error says, as in
+// `idem mcp`.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { MisuseError, Rejected } from './errors.js';
+import { MisuseError, NotApplied, Rejected } from './errors.js';
 
 const turnOfMessages = new WeakMap(); // a step's messages -> its turn id
 
@@ -165,6 +167,21 @@ function mcpResult(env) {
     content: [{ type: 'text', text: env.message ?? env.status }], _meta: meta };
 }
 
+/** What a result with isError means, by the tool's on_is_error
+ * (docs/POLICY.md): by default nothing (an SDK turns any exception of a
+ * handler into isError, its own timeout included), so the outcome is
+ * unknown; "rejected" or "not_applied" when the policy says so. */
+function isError(guard, name, r) {
+  const words = r.content?.map((c) => c.text ?? '').join(' ') ||
+    'the tool answered isError';
+  const on = guard._rule(name).on_is_error ?? 'unknown';
+  if (on === 'rejected') return new Rejected(words);
+  if (on === 'not_applied') return new NotApplied(words);
+  const e = new Error(words);
+  e.name = 'isError';
+  return e;
+}
+
 function mcp(guard, name, handler, { session, status } = {}) {
   const nonce = randomBytes(8).toString('hex');
   const fallback = session ?? `mcp:${nonce}`;
@@ -182,10 +199,7 @@ function mcp(guard, name, handler, { session, status } = {}) {
       signal: extra.signal,
       invoke: async () => {
         const r = await handler(args, extra);
-        // an answer that says it failed is a definite failure
-        if (r?.isError)
-          throw new Rejected(r.content?.map((c) => c.text ?? '').join(' ')
-            || 'the tool answered isError');
+        if (r?.isError) throw isError(guard, name, r);
         return r;
       },
     });

@@ -12,6 +12,7 @@
 // rejects at once (an AbortError), the drive goes on to its end and its
 // outcome is recorded, but it is not marked delivered - the model was not
 // told - so a re-issue is fenced, never run again (SPEC §10, "told").
+import fs from 'node:fs';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as D from './driver.js';
@@ -107,6 +108,7 @@ function abortError(signal) {
 export class Guard {
   #g = null;
   #policy = null;
+  #rules = {}; // the policy as JSON, valid (the library checked it)
   #pending = new Set(); // drives and late results in flight
   #tools = new AbortController(); // aborts what still runs after close
 
@@ -118,11 +120,15 @@ export class Guard {
    */
   constructor(logUrl = null, { policy } = {}) {
     if (policy != null) {
-      if (typeof policy === 'object' && typeof policy.file === 'string')
+      if (typeof policy === 'object' && typeof policy.file === 'string') {
         this.#policy = D.policyLoad(policy.file);
-      else
-        this.#policy = D.policyParse(typeof policy === 'string' ? policy
-          : JSON.stringify(policy), 'policy');
+        this.#rules = JSON.parse(fs.readFileSync(policy.file, 'utf8'));
+      } else {
+        const text = typeof policy === 'string' ? policy
+          : JSON.stringify(policy);
+        this.#policy = D.policyParse(text, 'policy');
+        this.#rules = JSON.parse(text);
+      }
     }
     try {
       this.#g = D.open(logUrl, this.#policy);
@@ -198,6 +204,12 @@ export class Guard {
 
   _queue() {
     return this.#handle();
+  }
+
+  /** The policy's entry for a tool as written ({} when none): what an
+   * adapter reads that the library does not act on itself. */
+  _rule(toolName) {
+    return this.#rules?.tools?.[toolName] ?? {};
   }
 
   get _signal() {

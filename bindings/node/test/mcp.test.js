@@ -11,17 +11,17 @@ import { z } from 'zod';
 import { withIdem } from '../src/index.js';
 import { guardOn, ledger, refundPolicy } from './helpers.js';
 
-/** A server with a guarded refund tool (ms: how long a refund takes), and
- * a client connected to it. */
-async function connect(guard, l, ms = 5) {
+/** A server with a guarded refund tool (ms: how long a refund takes, or
+ * a handler of its own), and a client connected to it. */
+async function connect(guard, l, ms = 5, handler = null) {
   const server = new McpServer({ name: 'pay', version: '1.0.0' });
   server.registerTool('refund', {
     description: 'refund an order',
     inputSchema: { order: z.string(), amount: z.number() },
-  }, withIdem.mcp(guard, 'refund', async (args) => {
+  }, withIdem.mcp(guard, 'refund', handler ?? (async (args) => {
     const r = await l.refund(args, ms);
     return { content: [{ type: 'text', text: JSON.stringify(r) }] };
-  }));
+  })));
   const [ct, st] = InMemoryTransport.createLinkedPair();
   await server.connect(st);
   const client = new Client({ name: 'harness', version: '1.0.0' });
@@ -104,4 +104,23 @@ test('notifications/cancelled loses nothing: recorded, not told, a ' +
   await client.close();
   await server.close();
   await guard.close();
+});
+
+test('isError means what on_is_error says: unknown by default', async () => {
+  for (const [on, want] of [[undefined, 'outcome_unknown'],
+    ['rejected', 'failed']]) {
+    const { guard } = guardOn(`mcpIsError${on}`, refundPolicy({
+      coalesce_ms: 0, ...(on ? { on_is_error: on } : {}) }));
+    const { client, server } = await connect(guard, null, 0, async () =>
+      ({ isError: true,
+        content: [{ type: 'text', text: 'provider timed out' }] }));
+    const r = await client.callTool({ name: 'refund',
+      arguments: { order: 'o1', amount: 1 }, _meta: meta('toolu_e') });
+    assert.equal(status(r), want, on ?? 'default');
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /provider timed out/);
+    await client.close();
+    await server.close();
+    await guard.close();
+  }
 });
