@@ -7,7 +7,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Guard, currentKey, Rejected, StoreError, IdemError,
   MisuseError } from '../src/index.js';
-import { guardOn, ledger, refundPolicy, tmpLog } from './helpers.js';
+import { guardOn, ledger, refundPolicy, tmpLog, plainEnv } from './helpers.js';
 
 const SRC = fileURLToPath(new URL('../src/index.js', import.meta.url));
 
@@ -127,7 +127,9 @@ test('a failed call\'s error text reaches JS', async () => {
   assert.equal((await t.call({ session: 's', callId: 'c0' }, {})).status,
     'succeeded');
   // the log's table goes from under the open guard
-  const r = spawnSync('sqlite3', [log.file, 'DROP TABLE attempts;']);
+  const r = spawnSync('python3', ['-c', 'import sqlite3, sys; ' +
+    'sqlite3.connect(sys.argv[1]).execute("DROP TABLE attempts")',
+  log.file], { env: plainEnv() });
   assert.equal(r.status, 0, String(r.stderr));
   const err = await t.call({ session: 's', callId: 'c1' }, {}).then(
     () => null, (e) => e);
@@ -165,9 +167,12 @@ test('the event loop is never blocked: a 1 ms heartbeat while 32 calls ' +
   const l = ledger();
   const t = guard.tool('refund', (a) => l.refund(a));
   await t.call({ session: 's', callId: 'warm' }, { order: 'w' });
-  const holder = spawn('sqlite3', [log.file], { stdio: ['pipe', 'pipe',
-    'inherit'] });
-  holder.stdin.write('BEGIN EXCLUSIVE; SELECT \'held\';\n');
+  // python3's sqlite3 holds the log's write lock until its stdin ends
+  const holder = spawn('python3', ['-c', 'import sqlite3, sys; ' +
+    'c = sqlite3.connect(sys.argv[1], isolation_level=None); ' +
+    'c.execute("BEGIN EXCLUSIVE"); print("held", flush=True); ' +
+    'sys.stdin.read(); c.execute("COMMIT")', log.file],
+  { stdio: ['pipe', 'pipe', 'inherit'], env: plainEnv() });
   await new Promise((res) => holder.stdout.once('data', res));
   let last = performance.now();
   let gap = 0;
@@ -179,7 +184,7 @@ test('the event loop is never blocked: a 1 ms heartbeat while 32 calls ' +
   const t0 = performance.now();
   const calls = Promise.allSettled(Array.from({ length: 32 }, (_, i) =>
     t.call({ session: 's', callId: `c${i}` }, { order: `o${i}` })));
-  setTimeout(() => holder.stdin.end('COMMIT;\n'), 300);
+  setTimeout(() => holder.stdin.end(), 300);
   const rs = await calls;
   const took = performance.now() - t0;
   clearInterval(beat);

@@ -14,6 +14,7 @@ import koffi from 'koffi';
 import { ERRORS, IdemError, JSONError, StoreError } from '../src/errors.js';
 import { NEXT, OUTCOME, DELIVER, ENDED } from '../src/driver.js';
 import { lib } from '../src/lib.js';
+import { plainEnv } from './helpers.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const HEADER = fs.readFileSync(path.join(REPO, 'include', 'idem.h'), 'utf8');
@@ -83,8 +84,7 @@ test('idem_call and idem_completion as koffi lays them out are the ' +
     const exe = path.join(dir, 'layout');
     // the compiler and the program are not this process: without the
     // sanitizer's preload of the sanitizer build
-    const env = { ...process.env };
-    delete env.LD_PRELOAD;
+    const env = plainEnv();
     execFileSync(process.env.CC || 'cc', ['-I', path.join(REPO, 'include'),
       '-I', dir, '-o', exe, path.join(dir, 'layout.c')], { env });
     const c = Object.fromEntries(execFileSync(exe, { encoding: 'utf8', env })

@@ -36,3 +36,11 @@ export function guardOn(tag, policy = REFUND_POLICY) {
   const log = tmpLog(tag);
   return { log, guard: new Guard(log.url, { policy }) };
 }
+
+/** The environment for a process that is not node with libidem (python3,
+ * the compiler): without the sanitizer build's preload. */
+export function plainEnv() {
+  const env = { ...process.env };
+  delete env.LD_PRELOAD;
+  return env;
+}
