@@ -41,6 +41,18 @@ import weakref
 from typing import Any, Awaitable, Callable, Dict, Optional, Set, Tuple
 
 from . import _lib as L
+from .core import _args_text, _decode, _name
+from .errors import MisuseError, error_for
+
+# idem.guard, which imports this module: bound at the first call (_bind)
+G: Any = None
+
+
+def _bind() -> Any:
+    global G
+    from . import guard
+    G = guard
+    return guard
 
 Verdict = Tuple[int, Optional[bytes], Optional[bytes]]
 Job = Tuple[Callable[..., Any], Tuple[Any, ...]]
@@ -129,14 +141,13 @@ class _Queue:
     """One completion queue of one guard, read by one event loop."""
 
     __slots__ = ("h", "fd", "loop_ref", "waiting", "ids", "buf", "got",
-                 "gotp", "guard")
+                 "gotp", "guard", "closed")
 
     def __init__(self, guard: Any, loop: asyncio.AbstractEventLoop) -> None:
-        from .guard import _err
         h = ctypes.c_void_p()
         rc = L.queue_open(guard._h(), ctypes.byref(h))
         if rc:
-            raise _err(guard._g, rc)
+            raise G._err(guard._g, rc)
         self.h = ctypes.c_void_p(h.value)
         self.guard = guard._g
         self.fd = L.queue_fd(self.h)
@@ -147,17 +158,18 @@ class _Queue:
         self.buf[0].size = ctypes.sizeof(L.Completion)
         self.got = ctypes.c_size_t()
         self.gotp = ctypes.byref(self.got)
+        self.closed = False
         loop.add_reader(self.fd, self.ready)
 
     def submit(self, fn: Any, *args: Any) -> "asyncio.Future[Done]":
         """fn(q, *args, user) submitted; the future of its completion."""
         loop = self.loop_ref()
-        assert loop is not None
+        if self.closed or loop is None:
+            raise MisuseError("the guard is closed")
         t = next(self.ids)
         fut = loop.create_future()
         rc = fn(self.h, *args, t)
         if rc:
-            from .errors import error_for
             raise error_for(rc, L.guard_errmsg(self.guard).decode(
                 "utf-8", "replace") or L.strerror(rc).decode())
         self.waiting[t] = fut
@@ -166,7 +178,7 @@ class _Queue:
     def ready(self) -> None:
         """The pipe is readable: settle what has completed."""
         buf, waiting, n = self.buf, self.waiting, _BATCH
-        while n == _BATCH:
+        while n == _BATCH and not self.closed:
             L.queue_pop(self.h, buf, _BATCH, self.gotp)
             n = self.got.value
             for i in range(n):
@@ -182,14 +194,26 @@ class _Queue:
 
     def close(self) -> None:
         """Stop watching (when the loop still runs), wait for the
-        operations in flight, free what was never popped."""
+        operations in flight, free what was never popped; the calls still
+        waiting for a completion fail (the guard was closed under them:
+        their operations are recorded, their steps freed)."""
         loop = self.loop_ref()
         if loop is not None and not loop.is_closed():
             try:
                 loop.remove_reader(self.fd)
             except Exception:  # a loop of another thread, shutting down
                 pass
+        self.closed = True
         L.queue_close(self.h)
+        waiting, self.waiting = self.waiting, {}
+        if not waiting or loop is None or loop.is_closed():
+            return
+        e = MisuseError("the guard was closed while the call was under way")
+        for fut in waiting.values():
+            try:
+                loop.call_soon_threadsafe(_settle_future, fut, False, e)
+            except RuntimeError:  # the loop closed meanwhile
+                break
 
 
 def _queue_for(guard: Any, loop: asyncio.AbstractEventLoop) -> _Queue:
@@ -239,7 +263,6 @@ class _Drive:
         """One operation of the step through the queue; the step's next.
         One that may end at the answer (flags not None) delivers it, in
         the outcome's commit, while the caller waits."""
-        from .errors import error_for
         assert self.q is not None
         if flags is not None:
             if not self.gone:
@@ -270,11 +293,10 @@ class _Drive:
         """What records a late tool run's verdict, by the attempt's token:
         through the queue from the loop, or (the loop gone) with the
         blocking call from the tool's own thread."""
-        from .guard import _step_token
         guard, q = self.tool.guard, self.q
         session = self.session.encode("utf-8", "surrogatepass")
         call_id = self.call_id.encode("utf-8", "surrogatepass")
-        token = _step_token(self.step)
+        token = G._step_token(self.step)
         loop = q.loop_ref() if q is not None else None
 
         def record(v: Verdict) -> None:
@@ -295,17 +317,14 @@ class _Drive:
     async def attempt(self, is_check: bool) -> int:
         """Run the tool (or its status check) within the deadline, and
         report it; the step's next."""
-        from .guard import (_step_deadline_ms, _step_args, _step_key,
-                            _step_check_target, _step_check_key, _raw_text,
-                            _decode, _outlived)
         s, t = self.step, self.tool
         fn = t.status if is_check else t.fn
         if fn is None:  # CHECK without a status function: unknown
             return await self.resolve((_UNKNOWN, None, None))
-        a = json.loads(_raw_text(s, _step_check_target if is_check
-                                 else _step_args))
-        key = _decode(_step_check_key(s) if is_check else _step_key(s))
-        deadline_ms = _step_deadline_ms(s)
+        a = json.loads(G._raw_text(s, G._step_check_target if is_check
+                                   else G._step_args))
+        key = _decode(G._step_check_key(s) if is_check else G._step_key(s))
+        deadline_ms = G._step_deadline_ms(s)
         late: list = []
         if inspect.iscoroutinefunction(fn):
             task = _attempt(fn, a, key, is_check, t.not_applied_on)
@@ -325,7 +344,7 @@ class _Drive:
         if is_check:  # the check itself: unknown (its late word is dropped:
             # "not applied" then proves nothing, SPEC 6a)
             return await self.resolve((_UNKNOWN, None, None))
-        _outlived()
+        G._outlived()
         record = self.late_recorder()
         late.append(record)
         _record_late(task, record)
@@ -334,8 +353,6 @@ class _Drive:
 
     async def run(self) -> str:
         """The call, to the envelope's text."""
-        from .guard import (_args_text, _name, _turn, _step_delay_ms,
-                            _step_envelope, _raw_text)
         t = self.tool
         try:
             self.q = _queue_for(t.guard, asyncio.get_running_loop())
@@ -344,14 +361,14 @@ class _Drive:
             # the policy names
             c = L.Call(_name(self.session, "session"),
                        _name(self.call_id, "call_id"), t._name, a, len(a),
-                       _turn(self.turn), 1 if t.status is not None else 0)
+                       G._turn(self.turn), 1 if t.status is not None else 0)
             nxt = await self.op(L.queue_begin, ctypes.byref(c))
             while nxt != _ANSWER:
                 if nxt == _WAIT:
-                    await asyncio.sleep(_step_delay_ms(self.step) / 1000)
+                    await asyncio.sleep(G._step_delay_ms(self.step) / 1000)
                     nxt = await self.op(L.queue_poll)
                 elif nxt == _EXECUTE:
-                    delay = _step_delay_ms(self.step)
+                    delay = G._step_delay_ms(self.step)
                     if delay:
                         await asyncio.sleep(delay / 1000)
                     nxt = await self.attempt(False)
@@ -361,7 +378,7 @@ class _Drive:
                 # the caller left while the answer was being recorded as
                 # delivered: undo it, the model was not told
                 await self.op(L.queue_undelivered, flags=None)
-            return _raw_text(self.step, _step_envelope)
+            return G._raw_text(self.step, G._step_envelope)
         finally:
             # answered, a failure of the log (raised), or the loop shutting
             # down under the drive: the step is freed (one the queue holds
@@ -388,7 +405,7 @@ def _attempt(fn: Callable[..., Awaitable[Any]], a: Any, key: str,
     having to wait is its verdict (outcome, result, error), with no task
     made; one that waits goes on as a task of the running loop, whose
     result is the verdict."""
-    from .guard import _current_key, _verdict
+    _current_key, _verdict = G._current_key, G._verdict
 
     async def run() -> Verdict:
         _current_key.set(key)
@@ -434,7 +451,8 @@ def _thread_attempt(fn: Callable[..., Any], a: Any, key: str, is_check: bool,
     """A plain tool (or status function) on a thread of the tool pool; a
     future of the running loop with its verdict.  When the loop is gone by
     the time it ends, what ``late`` holds records its verdict there."""
-    from .guard import _in_context, _settled, _verdict, _inflight_add
+    _in_context, _settled, _verdict = G._in_context, G._settled, G._verdict
+    _inflight_add = G._inflight_add
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
 
@@ -468,6 +486,8 @@ def _record_late(task: "asyncio.Future[Verdict]",
 async def acall(tool: Any, session: str, call_id: str, args: Any,
                 turn: Optional[str]) -> str:
     """GuardedTool.acall's body: the envelope's text."""
+    if G is None:
+        _bind()
     drive = _Drive(tool, session, call_id, args, turn,
                    contextvars.copy_context())
     task = asyncio.ensure_future(drive.run())

@@ -280,3 +280,28 @@ class Async(LogTest):
             self.assertGreater(beats, 50, beats)
             self.assertLess(worst, 0.020, "largest gap %.1f ms over %d beats"
                             % (worst * 1000, beats))
+
+    def test_the_guard_closed_under_calls_in_flight(self):
+        # closed while calls wait on the queue: they fail with words, the
+        # loop goes on, and what was submitted is recorded
+        g = self.guard()
+
+        @g.tool("refund_payment")
+        async def refund(args, key):
+            return {"refund_id": "re_1"}
+
+        async def main():
+            calls = [asyncio.ensure_future(refund.acall(
+                "s9", "c%d" % i, '{"order_id":"o%d"}' % i)) for i in range(8)]
+            while not g._queues or len(
+                    next(iter(g._queues.values())).waiting) < 8:
+                await asyncio.sleep(0)  # until every begin is submitted
+            g.close()
+            return await asyncio.gather(*calls, return_exceptions=True)
+        out = asyncio.run(main())
+        self.assertEqual(len(out), 8)
+        for r in out:
+            self.assertIsInstance(r, idem.MisuseError)
+            self.assertIn("closed", str(r))
+        with idem.Guard(self.dir + "/log%d.db" % self.n) as again:
+            self.assertEqual(again.record("s9", "c0")["state"], "pending")
