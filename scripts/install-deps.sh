@@ -4,6 +4,7 @@
 #
 #   scripts/install-deps.sh          build and test dependencies
 #   scripts/install-deps.sh --peers  also the npm test peers (tests/peers, tests/mcp)
+#                                    and bindings/node's packages
 set -eu
 
 PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libunistring-dev libcurl4-openssl-dev libmicrohttpd-dev curl python3 clang libclang-rt-dev"
@@ -38,5 +39,9 @@ if [ "${1:-}" = "--peers" ]; then
   if [ ! -d "$here/tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
     echo "install-deps: installing the MCP test peers"
     (cd "$here/tests/mcp" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  if [ ! -d "$here/bindings/node/node_modules/koffi" ]; then
+    echo "install-deps: installing the Node binding's packages"
+    (cd "$here/bindings/node" && npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi
