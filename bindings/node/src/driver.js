@@ -23,14 +23,19 @@ export const OUTCOME = { APPLIED: 1, REJECTED: 2, NOT_APPLIED: 3, UNKNOWN: 4 };
  * caller still waits); the attempt ended before this finish. */
 export const DELIVER = 1;
 export const ENDED = 2;
+/** begin: a replay of a told outcome is answered on the loop's thread
+ * (the log read once, no worker); not for PostgreSQL, whose read is a
+ * network round trip. */
+const INLINE = 4;
 
 const POP = 32; // completions taken per idem_queue_pop
 
 /** A guard and its queue: G of the functions below. */
 class Queued {
-  constructor(L, g) {
+  constructor(L, g, inline) {
     this.L = L;
     this.g = g;
+    this.inline = inline;
     this.q = null;
     this.waiting = new Map(); // operation number -> its promise's resolve
     this.seq = 0;
@@ -71,8 +76,9 @@ class Queued {
     }
   }
 
-  /** Submit fn(q, ...args, n): the completion, when it comes. */
-  submit(fn, args) {
+  /** Submit fn(q, ...args, n): the completion, when it comes.  here: it
+   * may be ready at once (INLINE), so look before the loop turns. */
+  submit(fn, args, here = false) {
     if (this.closing)
       return Promise.reject(new MisuseError('the guard is closed'));
     const n = ++this.seq;
@@ -82,7 +88,9 @@ class Queued {
         this.L.strerror(rc)));
     }
     if (!this.waiting.size) this.sock.ref(); // a completion is due
-    return new Promise((resolve) => this.waiting.set(n, resolve));
+    const done = new Promise((resolve) => this.waiting.set(n, resolve));
+    if (here) this.drain();
+    return done;
   }
 
   /** Refuse new operations, let those in flight complete (each a few
@@ -122,7 +130,8 @@ export function open(url, policy) {
     throw errorFor(rc, msg || L.strerror(rc));
   }
   try {
-    return new Queued(L, out[0]);
+    const pg = /^postgres(ql)?:/.test(url) || /^\s*\w+\s*=/.test(url);
+    return new Queued(L, out[0], pg ? 0 : INLINE);
   } catch (e) {
     L.guard_close(out[0]);
     throw e;
@@ -180,7 +189,8 @@ export async function begin(G, ids, tool, args, ownCheck, flags) {
     args, args_len: Buffer.byteLength(args, 'utf8'),
     turn: ids.turn ?? null, own_check: ownCheck ? 1 : 0,
   };
-  const c = await G.submit(L.queue_begin, [call, flags]);
+  const c = await G.submit(L.queue_begin, [call, flags | G.inline],
+    G.inline !== 0);
   if (c.rc && c.step) L.step_free(c.step);
   return { step: c.step, next: settled(L, c, 'begin') };
 }
