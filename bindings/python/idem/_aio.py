@@ -35,6 +35,7 @@ import inspect
 import itertools
 import json
 import queue
+import re
 import threading
 import types
 import weakref
@@ -160,9 +161,11 @@ class _Queue:
         self.gotp = ctypes.byref(self.got)
         self.closed = False
         # a replay of a told outcome runs in its submission, on the loop:
-        # a read of SQLite's WAL never waits; PostgreSQL's is a round trip
+        # a read of SQLite's WAL never waits; PostgreSQL's (a URL or libpq
+        # keywords) is a round trip
         log = L.guard_log(guard._g) or b""
-        self.inline = 0 if log.startswith(b"postgres") else INLINE
+        pg = re.match(rb"postgres(ql)?:|\s*\w+\s*=", log)
+        self.inline = 0 if pg else INLINE
         loop.add_reader(self.fd, self.ready)
 
     def submit(self, fn: Any, *args: Any) -> "asyncio.Future[Done]":
