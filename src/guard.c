@@ -6,9 +6,12 @@
 **
 **   classify   refused -> ANSWER; read_only/idempotent -> PASS (EXECUTE,
 **              nothing recorded); guarded -> mint the key, look up.
-**   lookup     the action (session, call id) exists -> EXISTING; else the
-**              store's atomic begin: INSERTED (the pending record is durable
-**              now) -> EXECUTE; FOUND -> EXISTING; FENCED -> FENCE.
+**   lookup     the action (session, call id) exists -> EXISTING; else an
+**              identical call of this turn that ended without an effect
+**              and whose decision was handed on (turn_kin, carrier) ->
+**              FENCE with the call that carries it out; else the store's
+**              atomic begin: INSERTED (the pending record is durable now)
+**              -> EXECUTE; FOUND -> EXISTING; FENCED -> FENCE.
 **   EXISTING   another fingerprint -> conflict.  succeeded / failed /
 **              deduplicated -> replay.  pending under a live owner -> WAIT
 **              (bounded by wait_ms, then in_progress).  pending with a dead
@@ -831,9 +834,13 @@ static int recoverable(const idem_record *r, long long now) {
 **                ahead unfenced). */
 enum { HANDED_UNKNOWN, HANDED_TO, HANDED_NONE };
 
+/* Released - or run again by its own replay after it was named on (the
+** provider said "not applied"): either way it is carried out only by a
+** call that went ahead, not by one its name reached that did not. */
 static int released(const idem_record *r) {
   return r->state == IDEM_STATE_NOT_APPLIED &&
-         r->resolution == IDEM_RESOLVED_RECONCILED;
+         (r->resolution == IDEM_RESOLVED_RECONCILED ||
+          (r->resolution == IDEM_RESOLVED_EXECUTED && r->duplicate_of));
 }
 
 static int handed_to(idem_step *s, const idem_record *r, idem_record **out,
@@ -919,14 +926,20 @@ static int dup_read(idem_step *s, int i, const char *session,
 /* The calls that `by` (r, or the call its names end at) held back are one
 ** decision with r, and so are the calls of their turns and of by's own:
 ** when `by` ended without an effect, one of those that went ahead (in
-** flight, in doubt or succeeded; the newest) carries r's decision.  A scan
-** of r's session, made only on this rare path. */
+** flight, in doubt or succeeded; the newest) carries r's decision.  A
+** held-back call's turn counts only when its first identical call is one
+** that `by` held back: a turn whose decision was made before (a call that
+** went ahead, then a replay held back by `by` in flight) is that decision,
+** not by's.  Three scans of the records of r's fence key in r's session
+** (the fence's index: a few), made only on this rare path. */
 #define KIN_TURNS 16 /* turns looked at; a model rarely spreads one   */
                      /* decision over more                          */
 typedef struct kin {
   const idem_record *r;
   const char *self, *by;
   char *turns[KIN_TURNS];
+  char first[KIN_TURNS]; /* 1: its first call seen; 2: and not held */
+  char own[KIN_TURNS];   /* by's own turn: counts whatever came first */
   int nturns, pass;
   char *best;
   long long best_created;
@@ -939,21 +952,27 @@ static int went_ahead(const idem_record *y) {
 
 static int kin_one(const idem_record *y, void *arg) {
   kin *k = arg;
-  int held, i, of_turn = 0;
-  if (!y->fence_key || strcmp(y->fence_key, k->r->fence_key) != 0 ||
-      strcmp(y->call_id, k->r->call_id) == 0 ||
-      strcmp(y->call_id, k->self) == 0)
-    return 0;
+  int held, i, of_turn = 0, t = -1;
+  if (!y->fence_key || strcmp(y->fence_key, k->r->fence_key) != 0) return 0;
   held = (y->duplicate_of && strcmp(y->duplicate_of, k->by) == 0) ||
          strcmp(y->call_id, k->by) == 0;
   for (i = 0; i < k->nturns && y->turn; i++)
-    if (strcmp(k->turns[i], y->turn) == 0) of_turn = 1;
-  if (k->pass == 0) {
-    if (held && y->turn && !of_turn && k->nturns < KIN_TURNS &&
-        (k->turns[k->nturns] = idem__strdup(y->turn)) != NULL)
-      k->nturns++;
+    if (strcmp(k->turns[i], y->turn) == 0) t = i;
+  if (k->pass == 1) { /* records come oldest first: a turn's first call */
+    if (t >= 0 && !k->first[t]) k->first[t] = held ? 1 : 2;
     return 0;
   }
+  if (strcmp(y->call_id, k->r->call_id) == 0 ||
+      strcmp(y->call_id, k->self) == 0)
+    return 0;
+  if (k->pass == 0) {
+    if (held && y->turn && t < 0 && k->nturns < KIN_TURNS &&
+        (k->turns[k->nturns] = idem__strdup(y->turn)) != NULL)
+      t = k->nturns++;
+    if (t >= 0 && strcmp(y->call_id, k->by) == 0) k->own[t] = 1;
+    return 0;
+  }
+  of_turn = t >= 0 && (k->own[t] || k->first[t] == 1);
   if ((held || of_turn) && went_ahead(y) &&
       (!k->best || y->created > k->best_created)) {
     char *c = idem__strdup(y->call_id);
@@ -970,7 +989,7 @@ static int kin_search(idem_step *s, const idem_record *r, const char *by,
                       idem_record **out) {
   idem__filter f;
   kin k;
-  int rc, i;
+  int rc = IDEM_OK, i;
   *out = NULL;
   memset(&k, 0, sizeof k);
   memset(&f, 0, sizeof f);
@@ -978,12 +997,10 @@ static int kin_search(idem_step *s, const idem_record *r, const char *by,
   k.self = s->call_id;
   k.by = by;
   f.session = r->session;
-  f.states = BIT(IDEM_STATE_PENDING) | BIT(IDEM_STATE_SUCCEEDED) |
-             BIT(IDEM_STATE_FAILED) | BIT(IDEM_STATE_NOT_APPLIED) |
-             BIT(IDEM_STATE_IN_DOUBT);
-  rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
-  k.pass = 1;
-  if (!rc) rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
+  f.fence_key = r->fence_key; /* kin_one looks at no other */
+  f.states = 0; /* all: a turn's first call may have been deduplicated */
+  for (k.pass = 0; !rc && k.pass < 3; k.pass++)
+    rc = s->g->st->vt->list(s->g->st, &f, kin_one, &k);
   if (!rc && k.best) {
     rc = s->g->st->vt->get(s->g->st, r->session, k.best, out);
     if (rc == IDEM_NOTFOUND) rc = IDEM_OK;
@@ -991,6 +1008,97 @@ static int kin_search(idem_step *s, const idem_record *r, const char *by,
   for (i = 0; i < k.nturns; i++) idem__free(k.turns[i]);
   idem__free(k.best);
   return rc ? store_fail(s->g, rc) : IDEM_OK;
+}
+
+/* The call that carries out the decision of r, an action that did not
+** take effect (not applied, or failed: rejected), or NULL: the call it was
+** handed to (handed_to); else, when it was handed to no one, the calls
+** that r - or the call its names end at - held back, and their turns
+** (kin_search).  A failed r ran itself: only the calls it held back.  The
+** replay of r asks it (decide_existing), and so does a new call of r's
+** turn (turn_kin): one decision, answered alike.  *how as handed_to's. */
+static int carrier(idem_step *s, const idem_record *r, idem_record **out,
+                   int *how) {
+  char *end = NULL;
+  int rc = IDEM_OK;
+  *out = NULL;
+  *how = HANDED_NONE;
+  if (r->state == IDEM_STATE_NOT_APPLIED)
+    rc = handed_to(s, r, out, how, &end);
+  if (!rc && !*out && *how == HANDED_NONE && r->fence_key)
+    rc = kin_search(s, r, end ? end : r->call_id, out);
+  idem__free(end);
+  return rc;
+}
+
+/* Before a new call begins: an identical call of its turn that ended
+** without an effect (not applied, or failed) is its decision, and that
+** decision may have been handed on (carrier): the call that carries it
+** out decides, as the fence does (*out), else nothing (*out NULL) and the
+** call begins.  One read of the fence key's records (the fence's index;
+** a few), and a longer look only for such a call.  A call that begins
+** between this read and our begin is pending or was told after this call
+** was made: begin's fence holds this call on it. */
+#define TURN_KIN 4 /* such calls of one turn looked at, newest first */
+typedef struct turn_kin_ctx {
+  const idem_step *s;
+  char *sess[TURN_KIN], *call[TURN_KIN];
+  int n; /* a ring of the newest */
+} turn_kin_ctx;
+
+static int same_turn(const idem_step *s, const idem_record *e);
+
+static int turn_kin_one(const idem_record *y, void *arg) {
+  turn_kin_ctx *k = arg;
+  int i = k->n % TURN_KIN;
+  if (!same_turn(k->s, y)) return 0;
+  idem__free(k->sess[i]);
+  idem__free(k->call[i]);
+  k->sess[i] = idem__strdup(y->session);
+  k->call[i] = idem__strdup(y->call_id);
+  k->n++;
+  return 0;
+}
+
+static int turn_kin(idem_step *s, idem_record **out) {
+  idem__filter f;
+  turn_kin_ctx k;
+  int rc, i, j, how;
+  *out = NULL;
+  if (!s->fence_key || (!s->turn && s->rule->coalesce_ms <= 0))
+    return IDEM_OK;
+  memset(&f, 0, sizeof f);
+  memset(&k, 0, sizeof k);
+  k.s = s;
+  f.fence_key = s->fence_key;
+  f.states = BIT(IDEM_STATE_FAILED) | BIT(IDEM_STATE_NOT_APPLIED);
+  rc = s->g->st->vt->list(s->g->st, &f, turn_kin_one, &k);
+  if (rc) rc = store_fail(s->g, rc);
+  for (j = 0; !rc && !*out && j < TURN_KIN && j < k.n; j++) {
+    idem_record *r = NULL;
+    i = (k.n - 1 - j) % TURN_KIN; /* newest first */
+    if (!k.sess[i] || !k.call[i]) {
+      rc = gfail(s->g, IDEM_NOMEM, "out of memory");
+      break;
+    }
+    rc = s->g->st->vt->get(s->g->st, k.sess[i], k.call[i], &r);
+    if (rc == IDEM_NOTFOUND) {
+      rc = IDEM_OK;
+      continue;
+    }
+    if (rc) {
+      rc = store_fail(s->g, rc);
+      break;
+    }
+    if (r->state == IDEM_STATE_FAILED || r->state == IDEM_STATE_NOT_APPLIED)
+      rc = carrier(s, r, out, &how);
+    idem_record_free(r);
+  }
+  for (i = 0; i < TURN_KIN; i++) {
+    idem__free(k.sess[i]);
+    idem__free(k.call[i]);
+  }
+  return rc;
 }
 
 static int decide_existing(idem_step *s, idem_record *r) {
@@ -1041,11 +1149,7 @@ static int decide_existing(idem_step *s, idem_record *r) {
     ** the call it was handed to, else the fence as of its first issue */
     {
       idem_record *x = NULL;
-      char *end = NULL;
-      rc = handed_to(s, r, &x, &how, &end);
-      if (!rc && !x && how == HANDED_NONE)
-        rc = kin_search(s, r, end ? end : r->call_id, &x);
-      idem__free(end);
+      rc = carrier(s, r, &x, &how);
       if (rc || x) {
         idem_record_free(r);
         return rc ? rc : decide_fenced(s, x);
@@ -1250,6 +1354,10 @@ static int decide(idem_step *s) {
     if (rc == IDEM_OK) return decide_fenced(s, r);
     if (rc != IDEM_NOTFOUND) return store_fail(s->g, rc);
   }
+  /* an identical call of this turn that did not take effect: its decision
+  ** may have been carried out by a call it held back (turn_kin) */
+  if ((rc = turn_kin(s, &r))) return rc;
+  if (r) return decide_fenced(s, r);
   rec.fence_key = s->fence_key;
   rc = st->vt->begin(st, &rec, s->rule->repeat_window_s * 1000,
                      s->rule->coalesce_ms, &what, &r);
@@ -3041,6 +3149,7 @@ int idem_guard_list(idem_guard *g, const idem_filter *f, idem_record_fn fn,
   x.ctx = ctx;
   x.recoverable = cur.recoverable != 0;
   x.left = cur.limit ? cur.limit : SIZE_MAX;
+  memset(&sf, 0, sizeof sf);
   sf.session = cur.session;
   sf.states = cur.states;
   sf.limit = cur.limit;

@@ -300,6 +300,8 @@ typedef struct idem__filter {
   const char *session; /* NULL: all sessions                         */
   unsigned states;     /* bit mask of 1 << IDEM_STATE_*; 0: all      */
   size_t limit;        /* 0: no limit                                */
+  const char *fence_key; /* non-NULL: only that fence key's (the fence's */
+                         /* index: a few records, not a session's)       */
 } idem__filter;
 
 typedef int (*idem__record_cb)(const idem_record *r, void *ctx);

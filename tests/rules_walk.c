@@ -35,7 +35,9 @@
 **
 **   rules_walk DIR|POSTGRES-URL [SEEDS [STEPS]]
 **
-** IDEM_WALK_SEEDS and IDEM_WALK_STEPS override the counts (long runs).
+** IDEM_WALK_SEEDS and IDEM_WALK_STEPS override the counts (long runs);
+** IDEM_WALK_FIRST starts at that seed (1 unless set): one seed alone is
+** IDEM_WALK_FIRST=N IDEM_WALK_SEEDS=1.
 */
 #define _GNU_SOURCE
 #include <spawn.h>
@@ -619,7 +621,7 @@ static int env_int(const char *name, int dflt) {
 int main(int argc, char **argv) {
   static op walk[MAXC];
   static char keep[MAXC];
-  int seeds, steps, seed, failed = 0;
+  int seeds, steps, first, seed, failed = 0;
   long total = 0;
   if (argc == 7 && strcmp(argv[1], "--begin-and-die") == 0)
     return begin_and_die_main(argv + 1);
@@ -636,7 +638,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "policy: %s\n", idem_policy_errmsg(W.pol));
     return 2;
   }
-  for (seed = 1; seed <= seeds; seed++) {
+  first = env_int("IDEM_WALK_FIRST", 1);
+  if (first < 1) first = 1;
+  for (seed = first; seed < first + seeds; seed++) {
     int bad;
     rng = 0x9e3779b97f4a7c15ULL * (unsigned long long)seed;
     make_walk(walk, steps);
@@ -658,6 +662,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "  fails with: %s\n", W.why);
   }
   idem_policy_free(W.pol);
-  printf("%d seeds, %ld steps checked, %d failing\n", seed - 1, total, failed);
+  printf("%d seeds, %ld steps checked, %d failing\n", seed - first, total,
+         failed);
   return failed ? 1 : 0;
 }

@@ -2164,6 +2164,141 @@ static void test_release_only_to_a_repeat(void) {
   idem_policy_free(p);
 }
 
+/* Turn 1: c3 is in flight when turn 2's identical c61 is made: held back
+** by it (in_progress, recorded not applied, naming c3).  c3 then ends
+** without an effect (outcome: the provider refused, or rejected it) and
+** is told.  A late c71 of turn 2 goes ahead: it carries out the decision
+** c61 re-issued, c3's (refund 1).  A late c78 of turn 1 is c3's decision:
+** it is answered already_applied naming c71 and runs nothing - c3's turn
+** finds the calls c3 held back and the turns that carried them out, as a
+** replay of c3 would (walk seed 580; before, c78 ran: 2 refunds). */
+static void handed_on_by(const char *session, int outcome) {
+  idem_policy *p = policy(RULES_POLICY);
+  idem_guard *g = open_guard(p);
+  idem_call c3 = {sizeof c3, session, "c3", "refund_payment", ARGS,
+                  strlen(ARGS), "turn1", 0};
+  idem_step *s3 = NULL;
+  idem_record *r = NULL;
+  char *e;
+
+  provider_reset(MODE_OK, 0);
+  CHECK_INT(idem_guard_begin(g, &c3, &s3), IDEM_OK);
+  CHECK_INT(idem_step_next(s3), IDEM_NEXT_EXECUTE); /* held in flight */
+  e = call_in(g, session, "c61", "refund_payment", ARGS, 1, "turn2",
+              "in_progress");
+  HAS(e, "\"duplicate_of\":\"c3\"");
+  free(e);
+  CHECK_INT(idem_step_finish(s3, outcome, NULL, 0, "refused"), IDEM_OK);
+  CHECK_INT(idem_step_answer(s3), IDEM_ANSWER_FAILED);
+  CHECK_INT(idem_step_delivered(s3), IDEM_OK);
+  idem_step_free(s3);
+  sleep_ms(3);
+  e = call_in(g, session, "c71", "refund_payment", ARGS, 1, "turn2",
+              "succeeded");
+  free(e);
+  CHECK_INT(applied(), 1);
+  sleep_ms(3);
+  e = call_in(g, session, "c78", "refund_payment", ARGS, 1, "turn1",
+              "already_applied");
+  HAS(e, "\"duplicate_of\":\"c71\"");
+  free(e);
+  CHECK_INT(applied(), 1);
+  CHECK_INT(calls(), 1);
+  CHECK_INT(idem_guard_record(g, session, "c78", &r), IDEM_OK);
+  if (r) {
+    CHECK_INT(r->state, IDEM_STATE_DEDUPLICATED);
+    CHECK_STR(r->duplicate_of, "c71");
+  }
+  idem_record_free(r);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+static void test_turn_finds_the_carrier(void) {
+  handed_on_by("rd", IDEM_OUTCOME_NOT_APPLIED);
+  handed_on_by("re", IDEM_OUTCOME_REJECTED);
+}
+
+/* Turn 2: c26 carried out and told.  Turn 3: c32, a new decision, in
+** flight when a late c21 of turn 2 is made (another amount, the same
+** order): held back by c32, though turn 2's decision was c26's.  c32 is
+** rejected.  A late c48 of turn 3 is c32's decision, which ended without
+** an effect: it runs - c21's turn is not c32's kin, for its first call
+** (c26) was not held back by c32 (walk seed 141). */
+static void test_kin_turn_decided_before(void) {
+  idem_policy *p = policy(RULES_POLICY);
+  idem_guard *g = open_guard(p);
+  const char *other = "{\"order_id\":\"ord_1\",\"amount_cents\":7000}";
+  idem_call c32 = {sizeof c32, "rf", "c32", "refund_payment", ARGS,
+                   strlen(ARGS), "turn3", 0};
+  idem_step *s32 = NULL;
+  char *e;
+
+  provider_reset(MODE_OK, 0);
+  e = call_in(g, "rf", "c26", "refund_payment", ARGS, 1, "turn2",
+              "succeeded");
+  free(e);
+  sleep_ms(3);
+  CHECK_INT(idem_guard_begin(g, &c32, &s32), IDEM_OK);
+  CHECK_INT(idem_step_next(s32), IDEM_NEXT_EXECUTE); /* held in flight */
+  e = call_in(g, "rf", "c21", "refund_payment", other, 1, "turn2",
+              "in_progress");
+  HAS(e, "\"duplicate_of\":\"c32\"");
+  free(e);
+  CHECK_INT(idem_step_finish(s32, IDEM_OUTCOME_REJECTED, NULL, 0, "no"),
+            IDEM_OK);
+  CHECK_INT(idem_step_answer(s32), IDEM_ANSWER_FAILED);
+  CHECK_INT(idem_step_delivered(s32), IDEM_OK);
+  idem_step_free(s32);
+  sleep_ms(3);
+  e = call_in(g, "rf", "c48", "refund_payment", other, 1, "turn3",
+              "succeeded");
+  free(e);
+  CHECK_INT(applied(), 2);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
+/* Turn 1: c4 carried out and told.  Turn 2: c27, its harness dead before
+** the outcome commit.  A late c28 of turn 1 checks c27, finds it not
+** applied, releases it - and coalesces with c4.  c27's replay runs it
+** again (its own decision; the provider refuses: not applied, told), and
+** so does a replay after that: c27's name for c28 is history, c4 is not
+** its decision.  A new c33 of turn 2 is c27's decision, which no call
+** carried out: it runs (walk seed 546; before, both were answered
+** already_applied naming c4). */
+static void test_released_then_ran_itself(void) {
+  idem_policy *p = policy(RULES_POLICY);
+  idem_guard *g = open_guard(p);
+  const char *other = "{\"order_id\":\"ord_1\",\"amount_cents\":7000}";
+  char *e;
+
+  provider_reset(MODE_OK, 0);
+  e = call_in(g, "rg", "c4", "refund_payment", ARGS, 1, "turn1", "succeeded");
+  free(e);
+  sleep_ms(3);
+  begin_and_die(g, RULES_POLICY, "rg", "c27", "turn2", ARGS);
+  e = call_in(g, "rg", "c28", "refund_payment", other, 1, "turn1",
+              "already_applied");
+  HAS(e, "\"duplicate_of\":\"c4\"");
+  free(e);
+  provider_reset(MODE_FAIL_BEFORE, 0);
+  e = call_in(g, "rg", "c27", "refund_payment", ARGS, 1, "turn2", "failed");
+  free(e);
+  e = call_in(g, "rg", "c27", "refund_payment", ARGS, 1, "turn2", "failed");
+  HASNT(e, "c4");
+  free(e);
+  CHECK_INT(calls(), 2); /* c27 ran, and ran again */
+  provider_reset(MODE_OK, 0);
+  sleep_ms(3);
+  e = call_in(g, "rg", "c33", "refund_payment", other, 1, "turn2",
+              "succeeded");
+  free(e);
+  CHECK_INT(applied(), 1);
+  idem_guard_close(g);
+  idem_policy_free(p);
+}
+
 /* ---- clock steps -------------------------------------------------------- */
 
 /* Guard one refund that names no turn (the coalescing window decides). */
@@ -2240,6 +2375,9 @@ int main(int argc, char **argv) {
     test_turn_after_already_applied();
     test_release_names_its_repeat();
     test_release_only_to_a_repeat();
+    test_turn_finds_the_carrier();
+    test_kin_turn_decided_before();
+    test_released_then_ran_itself();
     return check_done();
   }
   if (argc == 3 && strcmp(argv[2], "clock") == 0) {

@@ -1648,7 +1648,7 @@ static void test_kill9(void) {
     /* at most the one begin in flight at the kill is there unreported */
     {
       collect c;
-      idem__filter f = {"kill9", 0, 0};
+      idem__filter f = {"kill9", 0, 0, NULL};
       memset(&c, 0, sizeof c);
       CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
       CHECK(c.n >= (int)total_reported && c.n <= (int)total_reported + r + 1);
@@ -2704,7 +2704,7 @@ static void test_pg_lost(void) {
   CHECK_INT(count_session(st, "lost"), W * N);
   /* every record holds exactly one attempt: no change ran twice */
   {
-    idem__filter f = {"lost", 0, 0};
+    idem__filter f = {"lost", 0, 0, NULL};
     collect c;
     memset(&c, 0, sizeof c);
     CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);

@@ -454,8 +454,8 @@ static _Thread_local char tls_msg[MSG_MAX];
 
 typedef struct conn {
   PGconn *db;
-  unsigned long long listed[2]; /* list statements prepared: [by session] */
-                                /* bit (state mask >> 1)                  */
+  unsigned long long listed[4]; /* list statements prepared: [by session */
+                                /* | 2 by fence key], bit (mask >> 1)     */
   struct conn *next;
 } conn;
 
@@ -1814,9 +1814,11 @@ typedef struct list_req {
 
 static int list_fn(pg_store *s, conn *c, void *arg, int *again) {
   list_req *q = arg;
-  char sql[600], name[40], limit[24];
-  const char *vals[2];
-  int by = q->f->session != NULL, i, first = 1, rc = IDEM_OK, nvals = 0, row;
+  char sql[700], name[40], limit[24];
+  const char *vals[3];
+  /* by: 1 the session, | 2 the fence key (on idem_attempts_fence) */
+  int by = (q->f->session != NULL) | (q->f->fence_key ? 2 : 0), i, first = 1,
+      rc = IDEM_OK, nvals = 0, row;
   unsigned long long bit = 1ull << ((q->mask >> 1) & 63);
   size_t n;
   PGresult *r;
@@ -1824,8 +1826,12 @@ static int list_fn(pg_store *s, conn *c, void *arg, int *again) {
   snprintf(name, sizeof name, "idem_list_%d_%u", by, q->mask);
   if (!(c->listed[by] & bit)) {
     n = (size_t)snprintf(sql, sizeof sql,
-                         "SELECT " COLS " FROM idem_attempts%s",
-                         by ? " WHERE session = $1::text" : "");
+                         "SELECT " COLS " FROM idem_attempts%s%s%s",
+                         by & 1 ? " WHERE session = $1::text" : "",
+                         by == 2   ? " WHERE fence_key = $1::text"
+                         : by == 3 ? " AND fence_key = $2::text"
+                                   : "",
+                         by & 2 ? " AND fence_key IS NOT NULL" : "");
     if (q->mask) {
       /* the words of idem_attempts_live's WHERE let the planner use it */
       n += (size_t)snprintf(sql + n, sizeof sql - n, "%s%s state IN (",
@@ -1841,7 +1847,7 @@ static int list_fn(pg_store *s, conn *c, void *arg, int *again) {
     }
     snprintf(sql + n, sizeof sql - n,
              " ORDER BY created, session, call_id LIMIT $%d::bigint",
-             by ? 2 : 1);
+             by == 3 ? 3 : by ? 2 : 1);
     r = PQprepare(c->db, name, sql, 0, NULL);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
       rc = res_fail(s, c, r, "preparing a listing", again);
@@ -1851,7 +1857,8 @@ static int list_fn(pg_store *s, conn *c, void *arg, int *again) {
     PQclear(r);
     c->listed[by] |= bit;
   }
-  if (by) vals[nvals++] = q->f->session;
+  if (by & 1) vals[nvals++] = q->f->session;
+  if (by & 2) vals[nvals++] = q->f->fence_key;
   if (q->f->limit && q->f->limit < (size_t)LLONG_MAX) {
     snprintf(limit, sizeof limit, "%zu", q->f->limit);
     vals[nvals++] = limit;
@@ -1889,7 +1896,7 @@ static int list_fn(pg_store *s, conn *c, void *arg, int *again) {
 
 static int pg_list(idem__store *st, const idem__filter *f, idem__record_cb cb,
                    void *ctx) {
-  idem__filter all = {NULL, 0, 0};
+  idem__filter all = {NULL, 0, 0, NULL};
   list_req q;
   CHECK_STORE(s, st);
   if (!cb) return IDEM_MISUSE;

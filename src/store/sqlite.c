@@ -381,7 +381,7 @@ static _Thread_local char tls_msg[MSG_MAX];
 typedef struct conn {
   sqlite3 *db;
   sqlite3_stmt *stmt[N_STMTS];
-  sqlite3_stmt *list[2][64]; /* [by session][state mask >> 1] */
+  sqlite3_stmt *list[4][64]; /* [by session, | 2 by fence key][mask >> 1] */
   int busy_ms;               /* the busy timeout set on db     */
   struct conn *next;         /* in the pool of free readers    */
 } conn;
@@ -673,7 +673,7 @@ static void bind_fence(sqlite3_stmt *st, const idem_record *rec,
 static void conn_close(conn *c) {
   int i, j;
   for (i = 0; i < N_STMTS; i++) sqlite3_finalize(c->stmt[i]);
-  for (i = 0; i < 2; i++)
+  for (i = 0; i < 4; i++)
     for (j = 0; j < 64; j++) sqlite3_finalize(c->list[i][j]);
   sqlite3_close(c->db);
   memset(c, 0, sizeof *c);
@@ -1840,22 +1840,28 @@ done:
   return rc;
 }
 
-static int list_stmt(sq_store *s, conn *c, int by_session, unsigned mask,
+/* by: 1 the session (?1), | 2 the fence key (?3, on attempts_fence). */
+static int list_stmt(sq_store *s, conn *c, int by, unsigned mask,
                      sqlite3_stmt **out) {
-  char sql[512], msg[MSG_MAX];
+  char sql[800], msg[MSG_MAX];
   size_t n;
   int i, first = 1, rc;
-  sqlite3_stmt **slot = &c->list[by_session][(mask >> 1) & 63];
+  sqlite3_stmt **slot = &c->list[by & 3][(mask >> 1) & 63];
   if (*slot) {
     *out = *slot;
     return IDEM_OK;
   }
-  n = (size_t)snprintf(sql, sizeof sql, "SELECT " COLS " FROM attempts%s",
-                       by_session ? " WHERE session = ?1" : "");
+  n = (size_t)snprintf(sql, sizeof sql,
+                       "SELECT " COLS " FROM attempts%s%s%s",
+                       by & 1 ? " WHERE session = ?1" : "",
+                       by == 2   ? " WHERE fence_key = ?3"
+                       : by == 3 ? " AND fence_key = ?3"
+                                 : "",
+                       by & 2 ? " AND fence_key IS NOT NULL" : "");
   if (mask) {
     /* The exact words of attempts_live's WHERE let SQLite use it. */
     n += (size_t)snprintf(sql + n, sizeof sql - n, "%s%s state IN (",
-                          by_session ? " AND" : " WHERE",
+                          by ? " AND" : " WHERE",
                           mask & ~LIVE_MASK ? "" : " state IN (1, 5) AND");
     for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
       if (mask & (1u << i)) {
@@ -1880,7 +1886,7 @@ static int list_stmt(sq_store *s, conn *c, int by_session, unsigned mask,
 
 static int sq_list(idem__store *st, const idem__filter *f, idem__record_cb cb,
                    void *ctx) {
-  idem__filter all = {NULL, 0, 0};
+  idem__filter all = {NULL, 0, 0, NULL};
   unsigned mask;
   sqlite3_stmt *q = NULL;
   idem_record *r;
@@ -1892,9 +1898,11 @@ static int sq_list(idem__store *st, const idem__filter *f, idem__record_cb cb,
   mask = f->states & 0x7eu; /* bits 1 .. 6 */
   if (f->states && !mask) return IDEM_OK;
   if ((rc = reader_get(s, &c)) != IDEM_OK) return rc;
-  if ((rc = list_stmt(s, c, f->session != NULL, mask, &q)) != IDEM_OK)
+  if ((rc = list_stmt(s, c, (f->session != NULL) | (f->fence_key ? 2 : 0),
+                      mask, &q)) != IDEM_OK)
     goto done;
   if (f->session) bind_str(q, 1, f->session);
+  if (f->fence_key) bind_str(q, 3, f->fence_key);
   sqlite3_bind_int64(
       q, 2,
       f->limit && f->limit < (size_t)LLONG_MAX ? (sqlite3_int64)f->limit : -1);
