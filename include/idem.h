@@ -428,6 +428,16 @@ typedef struct idem_record {
   ** NULL and 0 otherwise.  (Added in 0.4.0.) */
   char *resolved_by;
   long long resolved_at;
+  /* What the console shows of an action in doubt (added in 0.5.0):
+  ** check_with, the {"tool":T,"arguments":A} the model was told to check
+  ** with when the action went in doubt (NULL: none was told); last_check,
+  ** the answer of its last status check - "applied", "not_applied",
+  ** "rejected" or "unknown" - and checked_at, when (NULL and 0: none ran);
+  ** checks, how many status checks ran on it. */
+  char *check_with;
+  char *last_check;
+  long long checked_at;
+  long long checks;
 } idem_record;
 
 /* Free a record the library made for you.  NULL is a no-op. */
@@ -894,6 +904,15 @@ typedef struct idem_filter {
   ** doubt, or pending under an owner that is gone or whose lease has run
   ** out (by the log's clock).  The one rule the guard itself uses. */
   int recoverable;
+  /* Added in 0.5.0: exact matches (NULL: any), and paging.  A page goes
+  ** on after the record named by after_created, after_session and
+  ** after_call_id (the last one the previous page gave, in the listing's
+  ** order: created, session, call_id); after_created 0: from the start. */
+  const char *call_id;
+  const char *key;
+  const char *tool;
+  long long after_created;
+  const char *after_session, *after_call_id;
 } idem_filter;
 
 /* Called once per record; r is borrowed for the call.  Return 0 to go on,
@@ -911,6 +930,59 @@ typedef struct idem_stats {
   long long by_state[8]; /* indexed by enum idem_state (1..6)       */
 } idem_stats;
 IDEM_API int idem_guard_stats(idem_guard *g, idem_stats *out);
+
+/* One row of idem_guard_tally(): the records of one tool in one state,
+** with one resolution.  Strings are borrowed for the call. */
+typedef struct idem_tally {
+  size_t size;          /* sizeof(idem_tally)                           */
+  const char *tool;
+  int state;            /* enum idem_state                              */
+  int resolution;       /* enum idem_resolution                         */
+  long long records;    /* how many                                     */
+  long long attempts;   /* their downstream attempts, summed            */
+  long long checks;     /* the status checks run on them, summed        */
+  long long oldest;     /* the earliest created among them (ms)         */
+} idem_tally;
+typedef int (*idem_tally_fn)(void *ctx, const idem_tally *t);
+/* The log's records counted by tool, state and resolution, one call of fn
+** per group (ordered by tool, state, resolution); fn returns nonzero to
+** stop.  One pass over the log: what /metrics of `idem serve` reads. */
+IDEM_API int idem_guard_tally(idem_guard *g, idem_tally_fn fn, void *ctx);
+
+/* ---------------------------------------------------------------------------
+** This process's counters (SPEC §9): what every guard of the process has
+** done since it started - what the log cannot know (a replay writes
+** nothing).  Lock-free to keep, and cheap to read.
+*/
+#define IDEM_LATENCY_BUCKETS 16
+typedef struct idem_metrics {
+  size_t size;            /* in: sizeof(idem_metrics)                   */
+  long long answers[9];   /* calls answered, by enum idem_answer        */
+  long long replays;      /* answers replayed from the log              */
+  long long fenced;       /* new calls held back as another's repeat    */
+  long long coalesced;    /* of those, as a call of the same turn       */
+  long long attempts;     /* downstream attempts started                */
+  long long late;         /* late results recorded                      */
+  long long checks[5];    /* status checks, by enum idem_outcome        */
+  long long resolved;     /* operators' verdicts recorded               */
+  /* The time from a call's begin to its answer: latency_le[i] counts the
+  ** calls answered within idem_latency_bound_us(i) (cumulative, as
+  ** Prometheus counts them); latency_count and latency_sum_us all of
+  ** them. */
+  long long latency_le[IDEM_LATENCY_BUCKETS];
+  long long latency_count;
+  long long latency_sum_us;
+} idem_metrics;
+IDEM_API int idem_metrics_read(idem_metrics *out);
+/* The upper bound of latency bucket i in microseconds; -1 past the
+** last. */
+IDEM_API long long idem_latency_bound_us(int i);
+
+/* Is the process an owner or executor id names ("HOST:PID:START", as
+** records carry them) still running?  1: yes; 0: a process of this
+** machine that is gone; -1: cannot tell (another machine, a malformed
+** id). */
+IDEM_API int idem_owner_alive(const char *owner);
 
 /* Delete the settled records whose retention (the policy's retention_s
 ** when they were settled, counted from their last settlement: an outcome,
