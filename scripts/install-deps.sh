@@ -3,8 +3,8 @@
 # already there.  Safe to run again; uses sudo when not root.
 #
 #   scripts/install-deps.sh          build and test dependencies
-#   scripts/install-deps.sh --peers  also the npm test peers (tests/peers, tests/mcp)
-#                                    and bindings/node's packages
+#   scripts/install-deps.sh --peers  also the npm test peers (tests/peers, tests/mcp,
+#                                    tests/console) and bindings/node's packages
 set -eu
 
 PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libunistring-dev libcurl4-openssl-dev libmicrohttpd-dev curl python3 clang libclang-rt-dev"
@@ -13,6 +13,9 @@ PKGS="gcc make cmake pkg-config libssl-dev libjansson-dev libsqlite3-dev libunis
 PKGS="$PKGS python3-pip python3-venv"
 # the PostgreSQL store: libpq to build, a server for its tests (tests/pg)
 PKGS="$PKGS libpq-dev postgresql"
+# the console's browser tests (tests/console): Debian's chromium, driven by
+# puppeteer-core, and a font for its screenshots
+PKGS="$PKGS chromium fonts-dejavu-core"
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 
@@ -39,6 +42,11 @@ if [ "${1:-}" = "--peers" ]; then
   if [ ! -d "$here/tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
     echo "install-deps: installing the MCP test peers"
     (cd "$here/tests/mcp" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  if [ ! -d "$here/tests/console/node_modules/puppeteer-core" ] ||
+     [ ! -d "$here/tests/console/node_modules/parse-prometheus-text-format" ]; then
+    echo "install-deps: installing the console's test peers"
+    (cd "$here/tests/console" && npm ci --no-audit --no-fund --loglevel=error)
   fi
   if [ ! -d "$here/bindings/node/node_modules/koffi" ]; then
     echo "install-deps: installing the Node binding's packages"
