@@ -5,6 +5,8 @@
 #   make test   the whole suite: Release and ASan+UBSan builds with -Werror,
 #               every CTest test in each, the threaded tests under
 #               ThreadSanitizer, and a short libFuzzer run
+#   make screenshots  the console's pictures (docs/img/console-*.png), taken
+#               by its browser test (tests/console/browser_test.mjs)
 
 JOBS ?= 2
 FUZZ_SECONDS ?= 30
@@ -12,7 +14,7 @@ FUZZ_SECONDS ?= 30
 TORTURE_N ?= 2000
 TORTURE_J ?= 2
 
-.PHONY: all deps build demo test test-release test-asan tsan fuzz bench torture torture-pg install clean
+.PHONY: all deps build demo test test-release test-asan tsan fuzz bench torture torture-pg install clean screenshots
 
 all: build
 
@@ -72,6 +74,11 @@ torture-pg: build
 bench: build
 	@scripts/install-deps.sh --peers
 	build/idem bench
+
+screenshots: build
+	@scripts/install-deps.sh --peers
+	IDEM_SCREENSHOTS=$(CURDIR)/docs/img IDEM_LIBRARY=$(CURDIR)/build/libidem.so \
+		node tests/console/browser_test.mjs build/idem
 
 install: build
 	cmake --install build

@@ -1,0 +1,210 @@
+// GET /metrics of idem serve, parsed by parse-prometheus-text-format, against
+// the log read independently (`idem ls --json`, `idem ls --in-doubt
+// --json`, `idem stats --json`), on the story of lib.mjs.
+//   node tests/console/metrics_test.mjs IDEM_BINARY [LOG_URL]
+// (CTest: console_metrics.)  Needs tests/console/node_modules (npm ci).
+//
+// The metrics, Prometheus text format 0.0.4.  From the log, at each scrape:
+//   idem_actions{tool,state}            gauge: records by tool and state
+//   idem_in_doubt                       gauge: actions waiting for a verdict
+//                                       (idem ls --in-doubt)
+//   idem_in_doubt_oldest_age_seconds    gauge: the age of the oldest of them
+//                                       (since created; 0 or absent: none)
+//   idem_attempts_total{tool}           counter: attempts, summed
+//   idem_status_checks_total            counter: status checks run
+//   idem_late_results_total             counter: results recorded late
+//   idem_deduplicated_total{tool}       counter: calls the fence deduplicated
+// Of this process (the guard calls it made itself):
+//   idem_process_answers_total{answer}  counter
+//   idem_process_replays_total          counter
+//   idem_process_fenced_total           counter
+//   idem_process_coalesced_total        counter
+//   idem_process_checks_total{answer}   counter
+//   idem_guard_latency_seconds          histogram (cumulative buckets)
+import {
+  Api, Story, eq, logUrl, ok, peers, run, serve, summary, tempDir,
+} from './lib.mjs';
+
+const [idem, given] = process.argv.slice(2);
+if (!idem) {
+  console.error('usage: metrics_test.mjs IDEM_BINARY [LOG_URL]');
+  process.exit(2);
+}
+const [parse] = await peers('parse-prometheus-text-format');
+const dir = tempDir();
+const story = new Story(idem, dir, logUrl(dir, given));
+await story.fill();
+
+async function lines(args) {
+  const r = await run(idem, [...args, '--log', story.log]);
+  eq(r.code, 0, `idem ${args.join(' ')}: exit (${r.err.trim()})`);
+  return r.out.split('\n').filter((l) => l).map((l) => JSON.parse(l));
+}
+
+// name -> family; one sample's value by labels
+function families(textBody) {
+  const m = new Map();
+  for (const f of parse(textBody)) m.set(f.name, f);
+  return m;
+}
+function value(fams, name, labels = {}) {
+  const f = fams.get(name);
+  if (!f) return undefined;
+  const want = JSON.stringify(Object.entries(labels).sort());
+  const s = f.metrics.find((x) =>
+    JSON.stringify(Object.entries(x.labels || {}).sort()) === want);
+  return s === undefined ? undefined : Number(s.value);
+}
+
+const srv = await serve(idem, ['--log', story.log, '--policy', story.policy]);
+const api = new Api(srv.url, srv.token);
+
+// One scrape checked against the log as read by idem ls / stats.
+async function scrape(when) {
+  const t0 = Date.now();
+  const r = await fetch(srv.url + 'metrics');
+  const body = await r.text();
+  const t1 = Date.now();
+  eq(r.status, 200, `${when}: GET /metrics`);
+  ok(/^text\/plain/.test(r.headers.get('content-type') || '') &&
+     (r.headers.get('content-type') || '').includes('version=0.0.4'),
+  `${when}: text/plain; version=0.0.4`, r.headers.get('content-type'));
+  ok((r.headers.get('content-security-policy') || '')
+    .includes("default-src 'none'"), `${when}: the CSP header`);
+  let fams;
+  try {
+    fams = families(body);
+  } catch (e) {
+    ok(false, `${when}: /metrics parses: ${e}`, body);
+    return null;
+  }
+  const recs = await lines(['ls', '--json']);
+  const doubt = await lines(['ls', '--in-doubt', '--json']);
+  const stats = (await lines(['stats', '--json']))[0];
+
+  // idem_actions{tool,state}: every pair of the log, and no other non-zero
+  const by = {};
+  for (const x of recs) {
+    const k = `${x.tool}\u0000${x.state}`;
+    by[k] = (by[k] || 0) + 1;
+  }
+  const fam = fams.get('idem_actions');
+  ok(fam && fam.type === 'GAUGE', `${when}: idem_actions is a gauge`,
+    fam && fam.type);
+  const got = {};
+  for (const s of (fam ? fam.metrics : [])) {
+    const n = Number(s.value);
+    if (n !== 0) got[`${s.labels.tool}\u0000${s.labels.state}`] = n;
+  }
+  eq(Object.entries(got).sort(), Object.entries(by).sort(),
+    `${when}: idem_actions by tool and state`);
+  // ... whose sums by state are idem stats --json
+  const byState = {};
+  for (const [k, n] of Object.entries(got)) {
+    const st = k.split('\u0000')[1];
+    byState[st] = (byState[st] || 0) + n;
+  }
+  for (const [st, n] of Object.entries(stats)) {
+    if (st !== 'total') {
+      eq(byState[st] || 0, n, `${when}: idem_actions summed, ${st}`);
+    }
+  }
+  eq(Object.values(byState).reduce((a, b) => a + b, 0), stats.total,
+    `${when}: idem_actions summed: total`);
+  const apiStats = await api.get('/api/stats');
+  eq(apiStats.json && apiStats.json.total, stats.total,
+    `${when}: /api/stats total`);
+
+  eq(value(fams, 'idem_in_doubt'), doubt.length, `${when}: idem_in_doubt`);
+  const age = value(fams, 'idem_in_doubt_oldest_age_seconds');
+  if (doubt.length) {
+    const first = Math.min(...doubt.map((x) => x.created));
+    ok(age >= (t0 - first) / 1000 - 0.001 && age <= (t1 - first) / 1000 + 1,
+      `${when}: the oldest age ` +
+      `in [${(t0 - first) / 1000}, ${(t1 - first) / 1000 + 1}]`, age);
+  } else {
+    ok(age === undefined || age === 0, `${when}: no oldest age`, age);
+  }
+
+  const sumBy = (f) => {
+    const o = {};
+    for (const x of recs) o[x.tool] = (o[x.tool] || 0) + f(x);
+    return o;
+  };
+  const attempts = sumBy((x) => x.attempts);
+  for (const [tool, n] of Object.entries(attempts)) {
+    eq(value(fams, 'idem_attempts_total', { tool }), n,
+      `${when}: idem_attempts_total{tool="${tool}"}`);
+  }
+  const dedup = sumBy((x) => (x.state === 'deduplicated' ? 1 : 0));
+  for (const [tool, n] of Object.entries(dedup)) {
+    eq(value(fams, 'idem_deduplicated_total', { tool }) || 0, n,
+      `${when}: idem_deduplicated_total{tool="${tool}"}`);
+  }
+  eq(value(fams, 'idem_late_results_total'),
+    recs.filter((x) => x.resolution === 'late').length,
+    `${when}: idem_late_results_total`);
+  eq(value(fams, 'idem_status_checks_total'),
+    recs.reduce((a, x) => a + (x.checks || 0), 0),
+    `${when}: idem_status_checks_total`);
+
+  for (const n of ['idem_attempts_total', 'idem_status_checks_total',
+    'idem_late_results_total', 'idem_deduplicated_total',
+    'idem_process_answers_total', 'idem_process_replays_total',
+    'idem_process_fenced_total', 'idem_process_coalesced_total',
+    'idem_process_checks_total']) {
+    const f = fams.get(n);
+    ok(f && f.type === 'COUNTER', `${when}: ${n} is a counter`, f && f.type);
+    ok(f && f.metrics.every((s) => Number(s.value) >= 0),
+      `${when}: ${n} >= 0`);
+  }
+  const h = fams.get('idem_guard_latency_seconds');
+  ok(h && h.type === 'HISTOGRAM', `${when}: the latency is a histogram`,
+    h && h.type);
+  for (const s of (h ? h.metrics : [])) {
+    const b = Object.entries(s.buckets)
+      .map(([le, n]) => [le === '+Inf' ? Infinity : Number(le), Number(n)])
+      .sort((x, y) => x[0] - y[0]);
+    ok(b.length > 1 && b.every(([le], i) => i === 0 || le > b[i - 1][0]),
+      `${when}: the latency's bounds increase`, b);
+    ok(b.every(([, n], i) => i === 0 || n >= b[i - 1][1]),
+      `${when}: the latency's buckets are cumulative`, b);
+    eq(b.length && b[b.length - 1][0], Infinity,
+      `${when}: the latency's last bucket is +Inf`);
+    eq(b.length && b[b.length - 1][1], Number(s.count),
+      `${when}: the latency's +Inf bucket is its count`);
+    ok(Number(s.sum) >= 0, `${when}: the latency's sum`, s.sum);
+  }
+  return fams;
+}
+
+try {
+  const before = await scrape('filled');
+  eq(before && value(before, 'idem_in_doubt'), 2, 'filled: a1 and x1');
+  eq(before && value(before, 'idem_late_results_total'), 1, 'filled: b1');
+  eq(before && value(before, 'idem_deduplicated_total',
+    { tool: 'refund_payment' }), 1, 'filled: b2');
+  // verdicts move the counts
+  let r = await api.resolve({ session: story.S, call_id: 'a1',
+    verdict: 'applied', result: '{"refund_id":"re_op"}', reason: 'seen' });
+  eq(r.status, 200, `resolve a1 (${r.text})`);
+  const mid = await scrape('a1 resolved');
+  eq(mid && value(mid, 'idem_in_doubt'), 1, 'a1 resolved: x1 left');
+  eq(mid && value(mid, 'idem_actions',
+    { tool: 'refund_payment', state: 'succeeded' }),
+  value(before, 'idem_actions',
+    { tool: 'refund_payment', state: 'succeeded' }) + 1,
+  'a1 resolved: one more succeeded');
+  // (a wrong verdict, x1 was applied: only the counts matter here, and
+  // nothing runs x1 again)
+  r = await api.resolve({ session: story.S, call_id: 'x1',
+    verdict: 'not_applied', reason: 'not on the dashboard' });
+  eq(r.status, 200, `resolve x1 (${r.text})`);
+  const after = await scrape('all resolved');
+  eq(after && value(after, 'idem_in_doubt'), 0, 'all resolved: none');
+} catch (e) {
+  ok(false, `the scrapes: ${e.stack || e}`);
+} finally {
+  eq(await srv.stop(), 0, 'idem serve: exit 0 on SIGTERM');
+}
+process.exit(summary());
