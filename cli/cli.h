@@ -32,6 +32,28 @@ void cli_err(const char *fmt, ...)
 #endif
     ;
 
+/* ---- jsonw.c: JSON objects, member by member -------------------------- */
+/* Members appended to b; a failure to grow sets err (checked once, at the
+** end, so that a short buffer never shows as bad JSON).  Strings are made
+** with c. */
+typedef struct cli_jsonw {
+  cli_outbuf b;
+  idem_canon *c;
+  int first, err;
+} cli_jsonw;
+void cli_jsonw_init(cli_jsonw *w, idem_canon *c, size_t cap);
+/* "{" and "}" of a (nested) object. */
+void cli_jsonw_open(cli_jsonw *w);
+void cli_jsonw_close(cli_jsonw *w);
+/* A member's name, then its value: a string (NULL: null), JSON text as it
+** is (NULL: null), a number. */
+void cli_jsonw_key(cli_jsonw *w, const char *k);
+void cli_jsonw_str(cli_jsonw *w, const char *k, const char *v);
+void cli_jsonw_raw(cli_jsonw *w, const char *k, const char *v);
+void cli_jsonw_num(cli_jsonw *w, const char *k, long long v);
+/* Every field of r as members (idem show --json, idem serve). */
+void cli_jsonw_record(cli_jsonw *w, const idem_record *r);
+
 /* ---- usage.c: what idem help says ---------------------------------------- */
 
 /* Print a usage error and the verb's usage to stderr; returns EXIT_USAGE. */
@@ -208,6 +230,7 @@ int cmd_ls(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_recover(int argc, char **argv);
 int cmd_resolve(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 

@@ -39,74 +39,20 @@ static int state_by_name(const char *name) {
 
 /* ---- printing records ------------------------------------------------------------ */
 
-/* A record as one JSON object: members appended by put_* (a failure to
-** grow shows as a short line, never as bad JSON: print_json checks). */
-typedef struct jsonw {
-  cli_outbuf b;
-  idem_canon *c; /* for the strings */
-  int first, err;
-} jsonw;
-
-static void put_key(jsonw *w, const char *k) {
-  w->err |= cli_outbuf_put(&w->b, w->first ? "{\"" : ",\"", 2) ||
-            cli_outbuf_str(&w->b, k) || cli_outbuf_put(&w->b, "\":", 2);
-  w->first = 0;
-}
-
-static void put_str(jsonw *w, const char *k, const char *v) {
-  put_key(w, k);
-  /* the log's strings are UTF-8 (the guard refuses others); null if not */
-  if (cli_outbuf_json(&w->b, w->c, v)) w->err |= cli_outbuf_str(&w->b, "null");
-}
-
-static void put_raw(jsonw *w, const char *k, const char *v) {
-  put_key(w, k);
-  w->err |= cli_outbuf_str(&w->b, v ? v : "null");
-}
-
-static void put_num(jsonw *w, const char *k, long long v) {
-  char num[32];
-  snprintf(num, sizeof num, "%lld", v);
-  put_raw(w, k, num);
-}
-
 /* Append the NUL-terminated s as it is (our own text); nonzero when out of
 ** memory. */
 static int put_text(cli_outbuf *b, const char *s) {
   return cli_outbuf_str(b, s);
 }
 
+/* A record as one JSON object on its own line. */
 static int print_json(const idem_record *r, idem_canon *c) {
-  jsonw w = {{NULL, 0, 0, 0}, c, 1, 0};
-  jsonw *b = &w;
-  cli_outbuf_init(&w.b, (size_t)1 << 30);
-  put_str(b, "session", r->session);
-  put_str(b, "call_id", r->call_id);
-  put_str(b, "tool", r->tool);
-  put_str(b, "state", idem_state_name(r->state));
-  put_num(b, "attempts", r->attempts);
-  put_str(b, "key", r->key);
-  put_str(b, "fingerprint", r->fingerprint);
-  put_raw(b, "args", r->args);
-  put_raw(b, "result", r->result);
-  put_str(b, "error", r->error);
-  put_str(b, "resolution", idem_resolution_name(r->resolution));
-  put_num(b, "delivered", r->delivered);
-  put_str(b, "duplicate_of", r->duplicate_of);
-  put_str(b, "turn", r->turn);
-  put_str(b, "owner", r->owner);
-  put_num(b, "lease_until", r->lease_until);
-  put_num(b, "token", r->token);
-  put_num(b, "created", r->created);
-  put_num(b, "updated", r->updated);
-  put_num(b, "expires", r->expires);
-  put_str(b, "fence_key", r->fence_key);
-  put_str(b, "executor", r->executor);
-  put_num(b, "pgid", r->pgid);
-  put_num(b, "settle_from", r->settle_from);
-  put_str(b, "resolved_by", r->resolved_by);
-  put_num(b, "resolved_at", r->resolved_at);
-  w.err |= cli_outbuf_put(&w.b, "}\n", 2);
+  cli_jsonw w;
+  cli_jsonw_init(&w, c, (size_t)1 << 30);
+  cli_jsonw_open(&w);
+  cli_jsonw_record(&w, r);
+  cli_jsonw_close(&w);
+  w.err |= cli_outbuf_put(&w.b, "\n", 1);
   if (!w.err) fwrite(w.b.p, 1, w.b.len, stdout);
   cli_outbuf_free(&w.b);
   return w.err;
@@ -229,7 +175,7 @@ int cmd_ls(int argc, char **argv) {
       {"in-doubt", no_argument, NULL, 'D'},
       {NULL, 0, NULL, 0}};
   const char *log = NULL;
-  idem_filter f = {sizeof f, NULL, 0, 0, 0};
+  idem_filter f = {.size = sizeof f};
   ls_ctx x = {0, 0, 0, NULL};
   idem_guard *g;
   int ch, rc, state;
@@ -765,7 +711,7 @@ int cmd_recover(int argc, char **argv) {
       {NULL, 0, NULL, 0}};
   const char *log = NULL, *policy_path = NULL;
   idem_policy *policy = NULL;
-  idem_filter f = {sizeof f, NULL, 0, 0, 1}; /* the recoverable ones */
+  idem_filter f = {.size = sizeof f, .recoverable = 1};
   doubts d = {NULL, 0, 0, 0};
   recover_job j;
   pthread_t th[64];

@@ -16,6 +16,7 @@ static const struct {
     {"mcp", cmd_mcp},     {"__run", cmd_run},       {"ls", cmd_ls},
     {"show", cmd_show},   {"recover", cmd_recover}, {"gc", cmd_gc},
     {"stats", cmd_stats}, {"bench", cmd_bench},     {"resolve", cmd_resolve},
+    {"serve", cmd_serve},
     {NULL, NULL}};
 
 /*

@@ -197,6 +197,22 @@ static const cli_help helps[] = {
      "\n"
      "  --result JSON   the action's result, as the tool would have answered\n"
      "  --reason TEXT   what the provider said (required with --not-applied)\n"},
+    {"serve", "the operator's console: actions in doubt, /metrics",
+     "usage: idem serve [--log URL] [--policy FILE] [--listen HOST:PORT]\n"
+     "                  [--read-only]\n"
+     "\n"
+     "A web console on the attempt log (docs/CONSOLE.md): the actions in\n"
+     "doubt, oldest first; a session's calls in order; a search; and the\n"
+     "verdict of idem resolve.  /metrics answers in Prometheus text format,\n"
+     "/api/... in JSON.  Prints its address and the token that writes need\n"
+     "(or takes IDEM_SERVE_TOKEN, 16 characters or more), then serves until\n"
+     "SIGINT or SIGTERM.\n"
+     "\n"
+     "  --listen HOST:PORT  where to listen (default 127.0.0.1:8787; PORT 0\n"
+     "                      picks a free one)\n"
+     "  --policy FILE       the policy: shows when each action's settle_ms\n"
+     "                      ends\n"
+     "  --read-only         no write route at all\n"},
     {"gc", "delete records past their retention",
      "usage: idem gc [--log URL] [--json]\n"
      "\n"

@@ -993,6 +993,10 @@ IDEM_API int idem_guard_gc(idem_guard *g, size_t *removed);
 /* The log g was opened on, as given (or as defaulted when NULL was). */
 IDEM_API const char *idem_guard_log(const idem_guard *g);
 
+/* A log URL as messages show it: a password in it replaced by *** (into
+** buf, NUL-terminated, cut to size). */
+IDEM_API void idem_log_shown(const char *url, char *buf, size_t size);
+
 /* ---------------------------------------------------------------------------
 ** Attempts run by another process (SPEC §6a).  `idem exec` runs each
 ** attempt in a runner process that outlives the front end, so that a

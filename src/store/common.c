@@ -173,3 +173,12 @@ void idem__store_shown_url(const char *url, char *buf, size_t size) {
   const char *s = shown(url, buf, size);
   if (s != buf) snprintf(buf, size, "%s", s);
 }
+
+void idem_log_shown(const char *url, char *buf, size_t size) {
+  if (!buf || !size) return;
+  if (!url) {
+    buf[0] = '\0';
+    return;
+  }
+  idem__store_shown_url(url, buf, size);
+}

@@ -1,0 +1,492 @@
+/*
+** api.c - the JSON behind the console's page, for scripts too
+** (docs/CONSOLE.md, "API"):
+**
+**   GET  info                  the console: version, log, read_only, csrf
+**   GET  doubt                 the actions in doubt now, oldest first
+**   GET  records?session=&call_id=&key=&tool=&state=   a search
+**   GET  session?session=S     one session's calls, in order
+**   GET  record?session=S&call_id=C                    one action
+**   GET  stats                 records per state
+**   POST resolve               an operator's verdict (idem resolve)
+**
+** A listing is one page of at most limit (50; up to 500) records, oldest
+** first, and "next", the cursor of the page after it (after=CURSOR), or
+** null: a log of any size is read a page at a time, never whole.  The
+** cursor is the last record's (created, session, call_id), as hex of a
+** JSON array: opaque to clients, and checked when it comes back.
+*/
+#include <ctype.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve.h"
+
+#define PAGE 50
+#define PAGE_MAX 500
+/* A listing shows a result up to this size; idem show gives all of it. */
+#define LIST_RESULT_MAX ((size_t)64 << 10)
+
+static const char *arg(struct MHD_Connection *c, const char *name) {
+  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+  return v && *v ? v : NULL;
+}
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- records ---------------------------------------------------------------- */
+
+/* When the action's settle_ms ends, when the policy says (else -1 and
+** null): an attempt that ended without a verdict may land until then. */
+static long long settle_ends(serve *s, const idem_record *r) {
+  idem_tool_info t;
+  if (!s->policy || !r->settle_from) return -1;
+  memset(&t, 0, sizeof t);
+  t.size = sizeof t;
+  if (idem_policy_tool(s->policy, r->tool, &t) != IDEM_OK || t.settle_ms < 0)
+    return -1;
+  return r->settle_from + t.settle_ms;
+}
+
+/* r as one object: its fields, and what the console adds - whether its
+** executor still runs, when settle_ms ends, its age.  In a listing
+** (cut), a result over LIST_RESULT_MAX is left out and its size given. */
+static void put_record(serve *s, cli_jsonw *w, const idem_record *r,
+                       long long now, int cut) {
+  idem_record shown = *r;
+  size_t rlen = r->result ? strlen(r->result) : 0;
+  long long ends = settle_ends(s, r);
+  int alive = r->executor ? idem_owner_alive(r->executor) : -1;
+  if (cut && rlen > LIST_RESULT_MAX) shown.result = NULL;
+  cli_jsonw_open(w);
+  cli_jsonw_record(w, &shown);
+  if (shown.result != r->result) cli_jsonw_num(w, "result_bytes", (long long)rlen);
+  cli_jsonw_raw(w, "executor_alive", alive < 0 ? "null"
+                                     : alive   ? "true"
+                                               : "false");
+  if (ends < 0)
+    cli_jsonw_raw(w, "settle_ends", "null");
+  else
+    cli_jsonw_num(w, "settle_ends", ends);
+  cli_jsonw_num(w, "age_ms", now - r->created);
+  cli_jsonw_close(w);
+}
+
+/* ---- paging ----------------------------------------------------------------- */
+
+typedef struct page {
+  serve *s;
+  cli_jsonw *w;
+  size_t n, limit;
+  long long now;
+  int more;                   /* a record past the page was seen */
+  long long last_created;     /* the page's last record */
+  char *last_session, *last_call;
+} page;
+
+static int page_row(void *ctx, const idem_record *r) {
+  page *p = ctx;
+  if (p->n == p->limit) {
+    p->more = 1;
+    return 1;
+  }
+  if (p->n) p->w->err |= cli_outbuf_put(&p->w->b, ",", 1);
+  put_record(p->s, p->w, r, p->now, 1);
+  p->n++;
+  free(p->last_session);
+  free(p->last_call);
+  p->last_created = r->created;
+  p->last_session = strdup(r->session);
+  p->last_call = strdup(r->call_id);
+  if (!p->last_session || !p->last_call) p->w->err = 1;
+  return 0;
+}
+
+/* The cursor after (created, session, call_id) into w's "next". */
+static void put_cursor(cli_jsonw *w, const page *p) {
+  cli_jsonw inner;
+  size_t i;
+  char *hex;
+  if (!p->more) {
+    cli_jsonw_raw(w, "next", "null");
+    return;
+  }
+  cli_jsonw_init(&inner, w->c, (size_t)1 << 16);
+  cli_jsonw_num(&inner, "c", p->last_created);
+  cli_jsonw_str(&inner, "s", p->last_session);
+  cli_jsonw_str(&inner, "i", p->last_call);
+  if (inner.err || !(hex = malloc(2 * inner.b.len + 3))) {
+    w->err = 1;
+    cli_outbuf_free(&inner.b);
+    return;
+  }
+  /* {"c":...} without its braces: "c":N,"s":S,"i":C */
+  hex[0] = '\0';
+  for (i = 0; i < inner.b.len; i++)
+    sprintf(hex + 2 * i, "%02x", (unsigned char)inner.b.p[i]);
+  cli_jsonw_str(w, "next", hex);
+  free(hex);
+  cli_outbuf_free(&inner.b);
+}
+
+/* after=CURSOR into f (its strings owned by *held: json_decref it); -1
+** when it is not a cursor this console made. */
+static int take_cursor(const char *hex, idem_filter *f, json_t **held) {
+  size_t n = strlen(hex), i;
+  char *text;
+  json_t *o;
+  unsigned v;
+  *held = NULL;
+  if (n % 2 || n > 8192 || !(text = malloc(n / 2 + 3))) return -1;
+  text[0] = '{';
+  for (i = 0; i < n / 2; i++) {
+    if (!isxdigit((unsigned char)hex[2 * i]) ||
+        !isxdigit((unsigned char)hex[2 * i + 1]) ||
+        sscanf(hex + 2 * i, "%2x", &v) != 1) {
+      free(text);
+      return -1;
+    }
+    text[1 + i] = (char)v;
+  }
+  text[1 + n / 2] = '}';
+  o = json_loadb(text, n / 2 + 2, 0, NULL);
+  free(text);
+  if (!o || !json_is_integer(json_object_get(o, "c")) ||
+      !json_is_string(json_object_get(o, "s")) ||
+      !json_is_string(json_object_get(o, "i")) ||
+      json_integer_value(json_object_get(o, "c")) <= 0) {
+    json_decref(o);
+    return -1;
+  }
+  f->after_created = json_integer_value(json_object_get(o, "c"));
+  f->after_session = json_string_value(json_object_get(o, "s"));
+  f->after_call_id = json_string_value(json_object_get(o, "i"));
+  *held = o;
+  return 0;
+}
+
+static int state_bit(const char *name, unsigned *bits) {
+  int i;
+  for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
+    if (strcmp(idem_state_name(i), name) == 0) {
+      *bits |= 1u << i;
+      return 0;
+    }
+  return -1;
+}
+
+/* One page of the records under f, with limit and after from the query. */
+static void list(serve *s, struct MHD_Connection *c, idem_filter *f,
+                 serve_reply *out) {
+  const char *lim = arg(c, "limit"), *after = arg(c, "after");
+  json_t *held = NULL;
+  idem_canon *canon = NULL;
+  cli_jsonw w;
+  page p;
+  char *end;
+  long v = PAGE;
+  int rc;
+  if (lim && ((v = strtol(lim, &end, 10)) < 1 || v > PAGE_MAX || *end)) {
+    serve_error(out, 400, "limit is a number from 1 to %d, not '%.40s'",
+                PAGE_MAX, lim);
+    return;
+  }
+  if (after && take_cursor(after, f, &held) != 0) {
+    serve_error(out, 400, "after is not a cursor this console gave");
+    return;
+  }
+  if (idem_canon_open(&canon) != IDEM_OK) {
+    json_decref(held);
+    serve_error(out, 500, "out of memory");
+    return;
+  }
+  memset(&p, 0, sizeof p);
+  p.s = s;
+  p.w = &w;
+  p.limit = (size_t)v;
+  p.now = now_ms();
+  f->limit = p.limit + 1; /* one more: is there a next page? */
+  cli_jsonw_init(&w, canon, (size_t)1 << 30);
+  cli_jsonw_open(&w);
+  cli_jsonw_key(&w, "items");
+  w.err |= cli_outbuf_put(&w.b, "[", 1);
+  rc = idem_guard_list(s->g, f, page_row, &p);
+  w.err |= cli_outbuf_put(&w.b, "]", 1);
+  w.first = 0;
+  put_cursor(&w, &p);
+  cli_jsonw_num(&w, "now", p.now);
+  cli_jsonw_close(&w);
+  if (rc != IDEM_OK) {
+    cli_outbuf_free(&w.b);
+    serve_error(out, 500, "reading the log: %s", idem_guard_errmsg(s->g));
+  } else {
+    serve_take_json(out, 200, &w);
+  }
+  free(p.last_session);
+  free(p.last_call);
+  json_decref(held);
+  idem_canon_close(canon);
+}
+
+static void new_filter(idem_filter *f) {
+  memset(f, 0, sizeof *f);
+  f->size = sizeof *f;
+}
+
+static void get_doubt(serve *s, struct MHD_Connection *c, serve_reply *out) {
+  idem_filter f;
+  new_filter(&f);
+  f.recoverable = 1;
+  list(s, c, &f, out);
+}
+
+static void get_records(serve *s, struct MHD_Connection *c, int session,
+                        serve_reply *out) {
+  idem_filter f;
+  const char *state = arg(c, "state");
+  new_filter(&f);
+  f.session = arg(c, "session");
+  if (session && !f.session) {
+    serve_error(out, 400, "session=NAME is required");
+    return;
+  }
+  if (!session) {
+    f.call_id = arg(c, "call_id");
+    f.key = arg(c, "key");
+    f.tool = arg(c, "tool");
+    if (state && state_bit(state, &f.states) != 0) {
+      serve_error(out, 400, "no state '%.40s'", state);
+      return;
+    }
+  }
+  list(s, c, &f, out);
+}
+
+/* One action as an object in its own answer ("record", or the whole). */
+static void answer_record(serve *s, const idem_record *r, int wrapped,
+                          serve_reply *out) {
+  idem_canon *canon = NULL;
+  cli_jsonw w;
+  if (idem_canon_open(&canon) != IDEM_OK) {
+    serve_error(out, 500, "out of memory");
+    return;
+  }
+  cli_jsonw_init(&w, canon, (size_t)1 << 30);
+  if (wrapped) {
+    cli_jsonw_open(&w);
+    cli_jsonw_raw(&w, "ok", "true");
+    cli_jsonw_key(&w, "record");
+  }
+  put_record(s, &w, r, now_ms(), 0);
+  if (wrapped) cli_jsonw_close(&w);
+  serve_take_json(out, 200, &w);
+  idem_canon_close(canon);
+}
+
+static void get_record(serve *s, struct MHD_Connection *c, serve_reply *out) {
+  const char *session = arg(c, "session"), *call = arg(c, "call_id");
+  idem_record *r = NULL;
+  int rc;
+  if (!session || !call) {
+    serve_error(out, 400, "session=NAME and call_id=ID are required");
+    return;
+  }
+  rc = idem_guard_record(s->g, session, call, &r);
+  if (rc == IDEM_NOTFOUND)
+    serve_error(out, 404, "no record of call %s in session %s", call, session);
+  else if (rc)
+    serve_error(out, 500, "reading the log: %s", idem_guard_errmsg(s->g));
+  else
+    answer_record(s, r, 0, out);
+  idem_record_free(r);
+}
+
+static void get_stats(serve *s, serve_reply *out) {
+  idem_stats st;
+  idem_canon *canon = NULL;
+  cli_jsonw w;
+  int i;
+  memset(&st, 0, sizeof st);
+  st.size = sizeof st;
+  if (idem_guard_stats(s->g, &st) != IDEM_OK) {
+    serve_error(out, 500, "reading the log: %s", idem_guard_errmsg(s->g));
+    return;
+  }
+  if (idem_canon_open(&canon) != IDEM_OK) {
+    serve_error(out, 500, "out of memory");
+    return;
+  }
+  cli_jsonw_init(&w, canon, 4096);
+  cli_jsonw_open(&w);
+  cli_jsonw_key(&w, "by_state");
+  cli_jsonw_open(&w);
+  for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
+    cli_jsonw_num(&w, idem_state_name(i), st.by_state[i]);
+  cli_jsonw_close(&w);
+  cli_jsonw_num(&w, "total", st.records);
+  cli_jsonw_close(&w);
+  serve_take_json(out, 200, &w);
+  idem_canon_close(canon);
+}
+
+static void get_info(serve *s, serve_reply *out) {
+  idem_canon *canon = NULL;
+  cli_jsonw w;
+  if (idem_canon_open(&canon) != IDEM_OK) {
+    serve_error(out, 500, "out of memory");
+    return;
+  }
+  cli_jsonw_init(&w, canon, 8192);
+  cli_jsonw_open(&w);
+  cli_jsonw_str(&w, "version", idem_version());
+  cli_jsonw_str(&w, "log", s->log);
+  cli_jsonw_raw(&w, "read_only", s->read_only ? "true" : "false");
+  cli_jsonw_raw(&w, "policy", s->policy ? "true" : "false");
+  cli_jsonw_str(&w, "csrf", s->read_only ? NULL : s->csrf);
+  cli_jsonw_num(&w, "now", now_ms());
+  cli_jsonw_close(&w);
+  serve_take_json(out, 200, &w);
+  out->set_csrf = !s->read_only;
+  idem_canon_close(canon);
+}
+
+/* ---- the verdict ------------------------------------------------------------ */
+
+static const char *member(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* A verdict refused because the action is no longer in doubt: say what it
+** is now, and who settled it when an operator did. */
+static void refuse_settled(serve *s, const char *session, const char *call,
+                           serve_reply *out) {
+  idem_record *r = NULL;
+  char when[40] = "";
+  if (idem_guard_record(s->g, session, call, &r) != IDEM_OK) {
+    serve_error(out, 409, "call %s of session %s is no longer in doubt", call,
+                session);
+    return;
+  }
+  if (r->resolved_by) {
+    time_t t = (time_t)(r->resolved_at / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    serve_error(out, 409,
+                "call %s of session %s is no longer in doubt: it is %s, "
+                "resolved by %s at %s",
+                call, session, idem_state_name(r->state), r->resolved_by, when);
+  } else {
+    serve_error(out, 409,
+                "call %s of session %s is no longer in doubt: it is %s "
+                "(%s)",
+                call, session, idem_state_name(r->state),
+                idem_resolution_name(r->resolution));
+  }
+  idem_record_free(r);
+}
+
+static void post_resolve(serve *s, struct MHD_Connection *c, const char *body,
+                         size_t len, serve_reply *out) {
+  json_error_t jerr;
+  json_t *o = json_loadb(body, len, 0, &jerr);
+  const char *session, *call, *verdict, *result, *reason, *by;
+  const union MHD_ConnectionInfo *peer;
+  char who[300], host[64] = "?";
+  idem_record *r = NULL;
+  int outcome, rc;
+  if (!json_is_object(o)) {
+    serve_error(out, 400, "the body is not a JSON object: %s",
+                o ? "another value" : jerr.text);
+    json_decref(o);
+    return;
+  }
+  session = member(o, "session");
+  call = member(o, "call_id");
+  verdict = member(o, "verdict");
+  result = member(o, "result");
+  reason = member(o, "reason");
+  by = member(o, "by");
+  if (!session || !call) {
+    serve_error(out, 400, "session and call_id (strings) are required");
+  } else if (!verdict || (strcmp(verdict, "applied") != 0 &&
+                          strcmp(verdict, "not_applied") != 0)) {
+    serve_error(out, 400, "verdict is \"applied\" or \"not_applied\"");
+  } else if (json_object_get(o, "result") && !json_is_null(json_object_get(
+                                                 o, "result")) && !result) {
+    serve_error(out, 400, "result is JSON text, in a string");
+  } else if (strcmp(verdict, "not_applied") == 0 && (!reason || !*reason)) {
+    serve_error(out, 400, "not applied needs a reason (what the provider "
+                          "said)");
+  } else if (strcmp(verdict, "not_applied") == 0 && result && *result) {
+    serve_error(out, 400, "a result goes with applied");
+  } else {
+    if (result && !*result) result = NULL;
+    if (!by || !*by) {
+      peer = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      if (peer && peer->client_addr)
+        getnameinfo(peer->client_addr,
+                    peer->client_addr->sa_family == AF_INET6
+                        ? sizeof(struct sockaddr_in6)
+                        : sizeof(struct sockaddr_in),
+                    host, sizeof host, NULL, 0, NI_NUMERICHOST);
+      snprintf(who, sizeof who, "idem serve (%s)", host);
+    } else {
+      snprintf(who, sizeof who, "%.200s (idem serve)", by);
+    }
+    outcome = strcmp(verdict, "applied") == 0 ? IDEM_OUTCOME_APPLIED
+                                              : IDEM_OUTCOME_NOT_APPLIED;
+    rc = idem_guard_resolve(s->g, session, call, outcome, result,
+                            result ? strlen(result) : 0, reason, who);
+    if (rc == IDEM_INVALID)
+      serve_error(out, 400, "result is not JSON text; nothing was changed");
+    else if (rc == IDEM_NOTFOUND)
+      serve_error(out, 404, "no record of call %s in session %s", call,
+                  session);
+    else if (rc == IDEM_STALE)
+      refuse_settled(s, session, call, out);
+    else if (rc)
+      serve_error(out, 500, "%s", idem_guard_errmsg(s->g));
+    else if (idem_guard_record(s->g, session, call, &r) != IDEM_OK)
+      serve_error(out, 500, "resolved, but the record could not be read "
+                            "back: %s",
+                  idem_guard_errmsg(s->g));
+    else
+      answer_record(s, r, 1, out);
+  }
+  idem_record_free(r);
+  json_decref(o);
+}
+
+void serve_api(serve *s, struct MHD_Connection *c, const char *method,
+               const char *path, const char *body, size_t len,
+               serve_reply *out) {
+  if (strcmp(method, "POST") == 0) {
+    post_resolve(s, c, body, len, out); /* the one write route */
+    return;
+  }
+  if (strcmp(path, "info") == 0)
+    get_info(s, out);
+  else if (strcmp(path, "doubt") == 0)
+    get_doubt(s, c, out);
+  else if (strcmp(path, "records") == 0)
+    get_records(s, c, 0, out);
+  else if (strcmp(path, "session") == 0)
+    get_records(s, c, 1, out);
+  else if (strcmp(path, "record") == 0)
+    get_record(s, c, out);
+  else if (strcmp(path, "stats") == 0)
+    get_stats(s, out);
+  else
+    serve_error(out, 404, "no route /api/%.100s", path);
+}

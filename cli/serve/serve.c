@@ -1,0 +1,461 @@
+/*
+** serve.c - `idem serve`: the operator's console over HTTP (docs/CONSOLE.md).
+**
+** libmicrohttpd serves, a thread per connection; every request goes
+** through on_request, which refuses what is not this console's before any
+** route runs:
+**
+**   Host      must name this console (127.0.0.1:PORT, localhost:PORT, the
+**             address listened on), unless it listens beyond loopback: a
+**             page of another site whose name was made to resolve to
+**             127.0.0.1 gets nothing (DNS rebinding).
+**   writes    POST only, and only /api/resolve - which --read-only does
+**             not have at all.  A write needs, in this order: an Origin,
+**             when sent, that is this console's (403); Authorization:
+**             Bearer TOKEN, the token printed at start or given in
+**             IDEM_SERVE_TOKEN (401); the header X-Idem-CSRF equal to the
+**             idem_csrf cookie (403, a double submit: another site can
+**             neither read the cookie nor set the header); and a JSON
+**             body.  A cross-site form can send none of these.
+**
+** Every answer carries a Content-Security-Policy that allows this
+** console's own script and style files and nothing inline, and the page
+** sets every text with textContent: an argument of "<script>" is text.
+*/
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "serve.h"
+
+#define MAX_BODY ((size_t)1 << 20) /* a verdict's result is at most 1 MiB */
+
+static const char csp[] =
+    "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self'; connect-src 'self'; form-action 'none'; "
+    "frame-ancestors 'none'; base-uri 'none'";
+
+/* ---- answers ---------------------------------------------------------------- */
+
+void serve_error(serve_reply *out, unsigned status, const char *fmt, ...) {
+  char msg[1024];
+  idem_canon *c = NULL;
+  cli_jsonw w;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (idem_canon_open(&c) != IDEM_OK) c = NULL;
+  cli_jsonw_init(&w, c, (size_t)1 << 20);
+  cli_jsonw_open(&w);
+  cli_jsonw_str(&w, "error", msg);
+  cli_jsonw_close(&w);
+  w.err |= !c;
+  serve_take_json(out, status, &w);
+  idem_canon_close(c);
+}
+
+void serve_take_json(serve_reply *out, unsigned status, cli_jsonw *w) {
+  out->type = "application/json";
+  if (w->err) {
+    cli_outbuf_free(&w->b);
+    out->status = 500;
+    out->body = strdup("{\"error\":\"out of memory\"}");
+    out->len = out->body ? strlen(out->body) : 0;
+    return;
+  }
+  out->status = status;
+  out->body = w->b.p; /* taken */
+  out->len = w->b.len;
+  memset(&w->b, 0, sizeof w->b);
+}
+
+static enum MHD_Result send_reply(serve *s, struct MHD_Connection *c,
+                                  serve_reply *r) {
+  struct MHD_Response *resp;
+  enum MHD_Result ok;
+  char cookie[96];
+  if (!r->body && r->len) return MHD_NO; /* out of memory: no answer */
+  resp = MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"",
+                                         r->body ? MHD_RESPMEM_MUST_FREE
+                                                 : MHD_RESPMEM_PERSISTENT);
+  if (!resp) {
+    free(r->body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->type);
+  MHD_add_response_header(resp, "Content-Security-Policy", csp);
+  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+  MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+  MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+  MHD_add_response_header(resp, "Cache-Control", "no-store");
+  if (r->set_csrf) {
+    snprintf(cookie, sizeof cookie, "idem_csrf=%s; Path=/; SameSite=Strict",
+             s->csrf);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, cookie);
+  }
+  ok = MHD_queue_response(c, r->status, resp);
+  MHD_destroy_response(resp);
+  return ok;
+}
+
+/* ---- what a request must show ----------------------------------------------- */
+
+/* Compare without stopping at the first difference (the token). */
+static int same_secret(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b), i;
+  unsigned char d = n != m;
+  for (i = 0; i < n; i++) d |= (unsigned char)(a[i] ^ b[i % (m ? m : 1)]);
+  return d == 0;
+}
+
+static const char *header(struct MHD_Connection *c, const char *name) {
+  return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+static int host_ok(serve *s, struct MHD_Connection *c) {
+  const char *h = header(c, MHD_HTTP_HEADER_HOST);
+  int i;
+  if (s->any_host) return 1;
+  if (!h) return 0;
+  for (i = 0; i < s->nhosts; i++)
+    if (strcmp(h, s->hosts[i]) == 0) return 1;
+  return 0;
+}
+
+/* A write's checks, in order; 0 when it may go on, else out is the
+** refusal. */
+static int write_ok(serve *s, struct MHD_Connection *c, serve_reply *out) {
+  const char *origin = header(c, "Origin");
+  const char *host = header(c, MHD_HTTP_HEADER_HOST);
+  const char *auth = header(c, MHD_HTTP_HEADER_AUTHORIZATION);
+  const char *site = header(c, "Sec-Fetch-Site");
+  const char *type = header(c, MHD_HTTP_HEADER_CONTENT_TYPE);
+  const char *csrf = header(c, "X-Idem-CSRF");
+  const char *cookie = MHD_lookup_connection_value(c, MHD_COOKIE_KIND,
+                                                   "idem_csrf");
+  char own[320];
+  snprintf(own, sizeof own, "http://%s", host ? host : "");
+  if ((origin && strcmp(origin, own) != 0) ||
+      (site && strcmp(site, "same-origin") != 0 && strcmp(site, "none") != 0)) {
+    serve_error(out, 403, "refused: a write from another origin (%s)",
+                origin ? origin : site);
+    return -1;
+  }
+  if (!auth || strncmp(auth, "Bearer ", 7) != 0 ||
+      !same_secret(auth + 7, s->token)) {
+    serve_error(out, 401,
+                "refused: %s (the token idem serve printed at start, or "
+                "IDEM_SERVE_TOKEN)",
+                auth ? "the token is wrong" : "a write needs the token");
+    return -1;
+  }
+  if (!csrf || !cookie || strcmp(csrf, cookie) != 0 ||
+      !same_secret(csrf, s->csrf)) {
+    serve_error(out, 403,
+                "refused: the CSRF check failed (reload the page: the "
+                "X-Idem-CSRF header must equal the idem_csrf cookie)");
+    return -1;
+  }
+  if (!type || strncmp(type, "application/json", 16) != 0) {
+    serve_error(out, 415, "a write's body is JSON (Content-Type: "
+                          "application/json)");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+/* One request's body, gathered over the calls of on_request. */
+typedef struct request {
+  cli_outbuf body;
+  int too_big;
+} request;
+
+static void answer_get(serve *s, struct MHD_Connection *c, const char *url,
+                       serve_reply *out) {
+  const serve_asset *a;
+  if (strncmp(url, "/api/", 5) == 0) {
+    serve_api(s, c, "GET", url + 5, NULL, 0, out);
+    return;
+  }
+  if (strcmp(url, "/metrics") == 0) {
+    serve_metrics(s, out);
+    return;
+  }
+  if (strcmp(url, "/index.html") == 0) url = "/";
+  for (a = serve_assets; a->path; a++)
+    if (strcmp(url, a->path) == 0) {
+      out->status = 200;
+      out->type = a->type;
+      out->body = malloc(a->len ? a->len : 1);
+      out->len = a->len;
+      if (out->body) memcpy(out->body, a->data, a->len);
+      return;
+    }
+  serve_error(out, 404, "no page %s", url);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  serve *s = cls;
+  request *rq = *con_cls;
+  serve_reply out = {500, "application/json", NULL, 0, 0};
+  int post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+  (void)version;
+  if (!rq) { /* the headers are in: the body, if any, comes next */
+    if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
+    cli_outbuf_init(&rq->body, MAX_BODY);
+    *con_cls = rq;
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    if (cli_outbuf_put(&rq->body, upload, *upload_size)) rq->too_big = 1;
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  if (!host_ok(s, c)) {
+    serve_error(&out, 403, "refused: Host %s does not name this console",
+                header(c, MHD_HTTP_HEADER_HOST) ? header(c, "Host") : "(none)");
+  } else if (strcmp(url, "/api/resolve") == 0 && !s->read_only) {
+    if (!post)
+      serve_error(&out, 405, "/api/resolve takes a POST");
+    else if (write_ok(s, c, &out) == 0) {
+      if (rq->too_big)
+        serve_error(&out, 413, "the body is larger than %zu bytes", MAX_BODY);
+      else
+        serve_api(s, c, "POST", url + 5, rq->body.p ? rq->body.p : "",
+                  rq->body.len, &out);
+    }
+  } else if (strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
+             strcmp(method, MHD_HTTP_METHOD_HEAD) == 0) {
+    answer_get(s, c, url, &out);
+  } else if (post) {
+    serve_error(&out, 404, "no write route %s%s", url,
+                s->read_only ? " (idem serve --read-only)" : "");
+  } else {
+    serve_error(&out, 405, "%s is not served", method);
+  }
+  return send_reply(s, c, &out);
+}
+
+static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                    enum MHD_RequestTerminationCode how) {
+  request *rq = *con_cls;
+  (void)cls;
+  (void)c;
+  (void)how;
+  if (rq) {
+    cli_outbuf_free(&rq->body);
+    free(rq);
+  }
+  *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  (void)fmt;
+  (void)ap; /* a peer that went away mid-answer is not news */
+}
+
+/* ---- start ------------------------------------------------------------------ */
+
+static int random_hex(char *out, size_t bytes) {
+  unsigned char r[64];
+  size_t i;
+  if (bytes > sizeof r || getrandom(r, bytes, 0) != (ssize_t)bytes) return -1;
+  for (i = 0; i < bytes; i++) sprintf(out + 2 * i, "%02x", r[i]);
+  return 0;
+}
+
+/* --listen HOST:PORT ([V6]:PORT) into host and port. */
+static int split_listen(const char *arg, char *host, size_t n,
+                        const char **port) {
+  const char *colon = strrchr(arg, ':');
+  size_t len;
+  if (!colon || !colon[1]) return -1;
+  len = (size_t)(colon - arg);
+  if (len && arg[0] == '[' && arg[len - 1] == ']') {
+    arg++;
+    len -= 2;
+  }
+  if (!len || len >= n) return -1;
+  memcpy(host, arg, len);
+  host[len] = '\0';
+  *port = colon + 1;
+  return 0;
+}
+
+static int is_loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) ==
+           127;
+  return sa->sa_family == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+/* The names of this console: any_host beyond loopback, else the address
+** as given and loopback's names, each with the port. */
+static void name_hosts(serve *s, const char *host, int v6, unsigned port,
+                       int loopback) {
+  s->any_host = !loopback;
+  s->nhosts = 0;
+  snprintf(s->hosts[s->nhosts++], sizeof s->hosts[0], "%s%.256s%s:%u",
+           v6 ? "[" : "", host, v6 ? "]" : "", port);
+  snprintf(s->hosts[s->nhosts++], sizeof s->hosts[0], "localhost:%u", port);
+  snprintf(s->hosts[s->nhosts++], sizeof s->hosts[0], "127.0.0.1:%u", port);
+  snprintf(s->hosts[s->nhosts++], sizeof s->hosts[0], "[::1]:%u", port);
+  snprintf(s->origin, sizeof s->origin, "http://%.280s", s->hosts[0]);
+}
+
+static struct MHD_Daemon *listen_on(serve *s, const char *listen) {
+  char host[256];
+  const char *port;
+  struct addrinfo hints, *ai = NULL;
+  struct MHD_Daemon *d;
+  const union MHD_DaemonInfo *info;
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
+                   MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                   MHD_USE_ERROR_LOG;
+  int rc;
+  if (split_listen(listen, host, sizeof host, &port) != 0) {
+    cli_usage("serve", "--listen is HOST:PORT, not '%s'", listen);
+    return NULL;
+  }
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  if ((rc = getaddrinfo(host, port, &hints, &ai)) != 0) {
+    cli_err("--listen %s: %s", listen, gai_strerror(rc));
+    return NULL;
+  }
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                       MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
+                       MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                       MHD_OPTION_END);
+  info = d ? MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT) : NULL;
+  if (!d || !info) {
+    cli_err("cannot listen on %s: %s", listen,
+            errno ? strerror(errno) : "libmicrohttpd refused");
+    if (d) MHD_stop_daemon(d);
+    freeaddrinfo(ai);
+    return NULL;
+  }
+  name_hosts(s, host, ai->ai_family == AF_INET6, info->port,
+             is_loopback(ai->ai_addr));
+  freeaddrinfo(ai);
+  return d;
+}
+
+/* A log given as a path (sqlite:PATH or a plain one) that does not exist:
+** the console would make an empty log there and show nothing. */
+static int missing_file(const char *log) {
+  struct stat st;
+  const char *path = log;
+  if (!log) return 0;
+  if (strncmp(log, "sqlite:", 7) == 0)
+    path = log + 7;
+  else if (strstr(log, "://") || strchr(log, '='))
+    return 0; /* PostgreSQL */
+  return *path && stat(path, &st) != 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"log", required_argument, NULL, 'L'},
+      {"policy", required_argument, NULL, 'p'},
+      {"listen", required_argument, NULL, 'l'},
+      {"read-only", no_argument, NULL, 'r'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  const char *log = NULL, *policy = NULL, *listen = "127.0.0.1:8787";
+  const char *given = getenv("IDEM_SERVE_TOKEN");
+  serve s;
+  struct MHD_Daemon *d;
+  sigset_t stop;
+  int ch, sig = 0;
+  memset(&s, 0, sizeof s);
+  while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'L': log = optarg; break;
+    case 'p': policy = optarg; break;
+    case 'l': listen = optarg; break;
+    case 'r': s.read_only = 1; break;
+    case 'h': cli_print_usage(stdout, "serve"); return cli_flush();
+    case ':':
+      return cli_usage("serve", "option '%s' needs a value", argv[optind - 1]);
+    default:
+      return cli_usage("serve", "no option '%s' for serve", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return cli_usage("serve", "too many arguments");
+  if (given && !s.read_only && strlen(given) < 16)
+    return cli_usage("serve", "IDEM_SERVE_TOKEN is shorter than 16 characters");
+  if (given && strlen(given) >= sizeof s.token)
+    return cli_usage("serve", "IDEM_SERVE_TOKEN is longer than %zu characters",
+                     sizeof s.token - 1);
+  if (random_hex(s.csrf, 16) != 0 ||
+      (!given && random_hex(s.token, 16) != 0)) {
+    cli_err("no random bytes for the token: %s", strerror(errno));
+    return EXIT_FAIL;
+  }
+  if (given) snprintf(s.token, sizeof s.token, "%s", given);
+  if (policy && idem_policy_load(policy, &s.policy) != IDEM_OK) {
+    cli_err("%s: %s", policy,
+            s.policy ? idem_policy_errmsg(s.policy) : "out of memory");
+    idem_policy_free(s.policy);
+    return EXIT_FAIL;
+  }
+  if (missing_file(log)) {
+    cli_err("no attempt log at %s", log);
+    idem_policy_free(s.policy);
+    return EXIT_FAIL;
+  }
+  if (idem_guard_open(log, NULL, &s.g) != IDEM_OK) {
+    cli_err("%s", s.g ? idem_guard_errmsg(s.g) : "out of memory");
+    idem_guard_close(s.g);
+    idem_policy_free(s.policy);
+    return EXIT_FAIL;
+  }
+  idem_log_shown(idem_guard_log(s.g), s.log, sizeof s.log);
+
+  /* every thread inherits the blocked stop signals; this one waits */
+  signal(SIGPIPE, SIG_IGN);
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, NULL);
+  if (!(d = listen_on(&s, listen))) {
+    idem_guard_close(s.g);
+    idem_policy_free(s.policy);
+    return EXIT_FAIL;
+  }
+  printf("idem serve: %s/ (log %s)\n", s.origin, s.log);
+  if (!s.read_only)
+    printf("idem serve: token %s\n", given ? "from IDEM_SERVE_TOKEN" : s.token);
+  else
+    printf("idem serve: read-only, no writes\n");
+  fflush(stdout);
+  sigwait(&stop, &sig);
+  MHD_stop_daemon(d);
+  idem_guard_close(s.g);
+  idem_policy_free(s.policy);
+  return EXIT_OK;
+}

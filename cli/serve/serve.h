@@ -1,0 +1,62 @@
+/*
+** serve.h - `idem serve`, the operator's console (docs/CONSOLE.md): what
+** its parts share.  serve.c listens and guards every request; api.c answers
+** /api/...; metrics.c answers /metrics; the page's files are embedded by
+** the build (assets.c, made by cmake/embed.cmake from cli/serve/assets).
+*/
+#ifndef IDEM_CLI_SERVE_H
+#define IDEM_CLI_SERVE_H
+
+#include <microhttpd.h>
+
+#include "cli.h"
+
+typedef struct serve {
+  idem_guard *g;          /* read, and written only by /api/resolve       */
+  idem_policy *policy;    /* --policy, or NULL: settle_ms is not known    */
+  int read_only;          /* --read-only: no write route at all           */
+  char token[256];        /* what a write's Authorization must carry       */
+  char csrf[40];          /* the idem_csrf cookie and X-Idem-CSRF header   */
+  char log[1100];         /* the log as shown (a password hidden)          */
+  char origin[300];       /* "http://HOST:PORT" as listened on             */
+  /* The Host values that name this console (a page of another site that
+  ** made its name resolve to 127.0.0.1 is refused); any_host: listening
+  ** beyond loopback, where every name is this console's. */
+  char hosts[4][300];
+  int nhosts, any_host;
+} serve;
+
+/* An answer to one request: its status, media type and body (malloc'd;
+** MHD frees it). */
+typedef struct serve_reply {
+  unsigned status;
+  const char *type;
+  char *body;
+  size_t len;
+  int set_csrf; /* send the idem_csrf cookie */
+} serve_reply;
+
+/* One request under /api/ (path after it), its body for a POST. */
+void serve_api(serve *s, struct MHD_Connection *c, const char *method,
+               const char *path, const char *body, size_t len,
+               serve_reply *out);
+/* /metrics, Prometheus text format 0.0.4. */
+void serve_metrics(serve *s, serve_reply *out);
+/* A JSON error answer {"error": text}. */
+void serve_error(serve_reply *out, unsigned status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Take the bytes of w (its err set: a 500) as out's body. */
+void serve_take_json(serve_reply *out, unsigned status, cli_jsonw *w);
+
+/* The embedded files of the page. */
+typedef struct serve_asset {
+  const char *path, *type;
+  const unsigned char *data;
+  size_t len;
+} serve_asset;
+extern const serve_asset serve_assets[]; /* ends with a NULL path */
+
+#endif /* IDEM_CLI_SERVE_H */
