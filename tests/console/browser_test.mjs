@@ -54,6 +54,7 @@ const browser = await puppeteer.launch({
   headless: true,
   // root cannot use chromium's sandbox; the page is our own
   args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+  protocolTimeout: 30000,
 });
 
 // Every page is watched: dialogs (an injected alert would open one),
@@ -117,7 +118,9 @@ try {
   const p2 = await open('#/');
   await p2.waitForSelector(`${row('a1')} button.resolve`, T);
 
-  // (b) the verdict in the page: applied, with a result
+  // (b) the verdict in the page: applied, with a result (a page in the
+  // background does not render: each page is brought to the front first)
+  await p1.bringToFront();
   await p1.type('#token', srv.token);
   await p1.click('#token-save');
   await p1.click(`${row('a1')} button.resolve`);
@@ -127,12 +130,16 @@ try {
   await p1.type('input#resolve-reason', 'found it on the PSP dashboard');
   await p1.screenshot({ path: path.join(shots, 'console-resolve.png') });
   eq(story.applied('a1'), 1, 'a1: one application before the verdict');
+  const said = await text(p1, '#message');
   await p1.click('button#resolve-submit');
-  await p1.waitForFunction(
-    () => (document.querySelector('#message')?.textContent || '') !== '', T)
-    .catch(() => {});
-  ok(await text(p1, '#message'), 'the verdict: #message says so',
-    await text(p1, '#error'));
+  await p1.waitForFunction((was) => {
+    const m = document.querySelector('#message');
+    return m && !m.hidden && m.textContent !== was;
+  }, T, said).catch(() => {});
+  ok(await p1.$eval('#message', (m) => !m.hidden && m.textContent !== ''),
+    'the verdict: #message says so', await text(p1, '#error'));
+  ok(await p1.$eval('#error', (m) => m.hidden || m.textContent === ''),
+    'the verdict: no #error', await text(p1, '#error'));
   await p1.waitForFunction((sel) => !document.querySelector(sel), T,
     row('a1')).catch(() => {});
   eq(await p1.$(row('a1')), null, 'a1: gone from the in-doubt list');
@@ -149,6 +156,7 @@ try {
   eq(story.applied('a1'), 1, 'a1: still ONE application after the replay');
 
   // (c) a second verdict on a1: from the page opened before, then the API
+  await p2.bringToFront();
   await p2.type('#token', srv.token);
   await p2.click('#token-save');
   // (the page may have refreshed its list since: then there is no button
@@ -179,7 +187,7 @@ try {
   // (d) the timeline: b2 fenced, linked to b1
   const p3 = await open(`#/session/${encodeURIComponent(S)}`);
   await p3.waitForSelector(call('b2'), T);
-  ok((await text(p3, 'h2#timeline-title') || '').includes(S),
+  ok((await text(p3, '#timeline-title') || '').includes(S),
     'timeline: titled with the session');
   const calls = await p3.$$eval('section#timeline div.call',
     (cs) => cs.map((c) => c.dataset.call));
@@ -213,9 +221,13 @@ try {
     `#/call/${encodeURIComponent(S)}/b1`).catch(() => {});
   eq(await p3.evaluate(() => location.hash),
     `#/call/${encodeURIComponent(S)}/b1`, 'the link followed');
-  await p3.waitForSelector('div.call[data-call="b1"]', T).catch(() => {});
-  ok(await p3.$('div.call[data-call="b1"]'), 'the link shows b1');
-  eq(await p3.$('div.call[data-call="b2"]'), null, '... and only b1');
+  // (the calls shown: those of the view on screen)
+  const shown = () => p3.$$eval('div.call', (cs) => cs
+    .filter((c) => c.offsetParent !== null).map((c) => c.dataset.call));
+  await p3.waitForFunction(() => [...document.querySelectorAll('div.call')]
+    .some((c) => c.offsetParent !== null && c.dataset.call === 'b1'), T)
+    .catch(() => {});
+  eq(await shown(), ['b1'], 'the link shows b1, and only b1');
 
   // (e) nothing injected, anywhere the arguments were shown
   for (const [name, p] of [['list', p1], ['second page', p2],
@@ -228,6 +240,7 @@ try {
     eq(dom, { inline: 0, img: 0, pre: 0 }, `${name}: no element injected`);
   }
   // the list again, with x1 still in doubt, after a reload
+  await p1.bringToFront();
   await p1.reload({ waitUntil: 'load' });
   await p1.waitForSelector(row('x1'), T);
   eq(dialogs, [], 'no dialog opened (no alert ran)');
@@ -253,6 +266,7 @@ try {
     dialogs.push(d.message());
     await d.dismiss();
   });
+  await p4.bringToFront();
   await p4.goto(ro.url + '#/', { waitUntil: 'load' });
   await p4.waitForSelector(row('x1'), T);
   eq(await p4.$$eval('button.resolve', (b) => b.length), 0,

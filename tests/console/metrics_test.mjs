@@ -4,23 +4,24 @@
 //   node tests/console/metrics_test.mjs IDEM_BINARY [LOG_URL]
 // (CTest: console_metrics.)  Needs tests/console/node_modules (npm ci).
 //
-// The metrics, Prometheus text format 0.0.4.  From the log, at each scrape:
-//   idem_actions{tool,state}            gauge: records by tool and state
-//   idem_in_doubt                       gauge: actions waiting for a verdict
-//                                       (idem ls --in-doubt)
-//   idem_in_doubt_oldest_age_seconds    gauge: the age of the oldest of them
-//                                       (since created; 0 or absent: none)
-//   idem_attempts_total{tool}           counter: attempts, summed
-//   idem_status_checks_total            counter: status checks run
-//   idem_late_results_total             counter: results recorded late
-//   idem_deduplicated_total{tool}       counter: calls the fence deduplicated
-// Of this process (the guard calls it made itself):
-//   idem_process_answers_total{answer}  counter
-//   idem_process_replays_total          counter
-//   idem_process_fenced_total           counter
-//   idem_process_coalesced_total        counter
-//   idem_process_checks_total{answer}   counter
-//   idem_guard_latency_seconds          histogram (cumulative buckets)
+// The metrics, Prometheus text format 0.0.4.  From the log, at each scrape
+// (gauges: idem gc deletes records, so these sums may go down):
+//   idem_actions{tool,state,resolution}   records
+//   idem_in_doubt                         actions waiting for a verdict
+//                                         (idem ls --in-doubt)
+//   idem_in_doubt_oldest_age_seconds      the age of the oldest of them,
+//                                         since created (0: none)
+//   idem_log_attempts{tool}               their attempts, summed
+//   idem_log_status_checks{tool}          status checks run on them
+//   idem_log_late_results{tool}           settled by a late result
+//   idem_log_deduplicated{tool}           answered as another's repeat
+//   idem_log_operator_verdicts{tool}      settled by an operator
+// Of the serving process (counters; its verdicts are its guard's calls):
+//   idem_process_answers_total{answer}, idem_process_replays_total,
+//   idem_process_fenced_total, idem_process_coalesced_total,
+//   idem_process_attempts_total, idem_process_late_results_total,
+//   idem_process_verdicts_total, idem_process_status_checks_total{answer}
+//   idem_guard_latency_seconds            histogram (cumulative buckets)
 import {
   Api, Story, eq, logUrl, ok, peers, run, serve, summary, tempDir,
 } from './lib.mjs';
@@ -82,22 +83,26 @@ async function scrape(when) {
   const doubt = await lines(['ls', '--in-doubt', '--json']);
   const stats = (await lines(['stats', '--json']))[0];
 
-  // idem_actions{tool,state}: every pair of the log, and no other non-zero
-  const by = {};
-  for (const x of recs) {
-    const k = `${x.tool}\u0000${x.state}`;
-    by[k] = (by[k] || 0) + 1;
-  }
+  // idem_actions{tool,state,resolution}: every group of the log, and no
+  // other non-zero
+  const group = (rows, f) => {
+    const o = {};
+    for (const x of rows) {
+      const [k, n] = f(x);
+      if (n !== 0) o[k] = (o[k] || 0) + n;
+    }
+    return Object.entries(o).sort();
+  };
   const fam = fams.get('idem_actions');
   ok(fam && fam.type === 'GAUGE', `${when}: idem_actions is a gauge`,
     fam && fam.type);
-  const got = {};
-  for (const s of (fam ? fam.metrics : [])) {
-    const n = Number(s.value);
-    if (n !== 0) got[`${s.labels.tool}\u0000${s.labels.state}`] = n;
-  }
-  eq(Object.entries(got).sort(), Object.entries(by).sort(),
-    `${when}: idem_actions by tool and state`);
+  const samples = fam ? fam.metrics : [];
+  eq(group(samples, (x) => [`${x.labels.tool} ${x.labels.state} ` +
+    x.labels.resolution, Number(x.value)]),
+  group(recs, (x) => [`${x.tool} ${x.state} ${x.resolution}`, 1]),
+  `${when}: idem_actions by tool, state and resolution`);
+  const got = Object.fromEntries(group(samples, (x) =>
+    [`${x.labels.tool}\u0000${x.labels.state}`, Number(x.value)]));
   // ... whose sums by state are idem stats --json
   const byState = {};
   for (const [k, n] of Object.entries(got)) {
@@ -126,33 +131,27 @@ async function scrape(when) {
     ok(age === undefined || age === 0, `${when}: no oldest age`, age);
   }
 
-  const sumBy = (f) => {
-    const o = {};
-    for (const x of recs) o[x.tool] = (o[x.tool] || 0) + f(x);
-    return o;
+  // the sums by tool, each a gauge whose non-zero samples are the log's
+  const byTool = {
+    idem_log_attempts: (x) => x.attempts,
+    idem_log_status_checks: (x) => x.checks || 0,
+    idem_log_late_results: (x) => (x.resolution === 'late' ? 1 : 0),
+    idem_log_deduplicated: (x) => (x.state === 'deduplicated' ? 1 : 0),
+    idem_log_operator_verdicts: (x) => (x.resolution === 'operator' ? 1 : 0),
   };
-  const attempts = sumBy((x) => x.attempts);
-  for (const [tool, n] of Object.entries(attempts)) {
-    eq(value(fams, 'idem_attempts_total', { tool }), n,
-      `${when}: idem_attempts_total{tool="${tool}"}`);
+  for (const [name, f] of Object.entries(byTool)) {
+    const fm = fams.get(name);
+    ok(fm && fm.type === 'GAUGE', `${when}: ${name} is a gauge`,
+      fm && fm.type);
+    eq(group(fm ? fm.metrics : [], (x) => [x.labels.tool, Number(x.value)]),
+      group(recs, (x) => [x.tool, f(x)]), `${when}: ${name} by tool`);
   }
-  const dedup = sumBy((x) => (x.state === 'deduplicated' ? 1 : 0));
-  for (const [tool, n] of Object.entries(dedup)) {
-    eq(value(fams, 'idem_deduplicated_total', { tool }) || 0, n,
-      `${when}: idem_deduplicated_total{tool="${tool}"}`);
-  }
-  eq(value(fams, 'idem_late_results_total'),
-    recs.filter((x) => x.resolution === 'late').length,
-    `${when}: idem_late_results_total`);
-  eq(value(fams, 'idem_status_checks_total'),
-    recs.reduce((a, x) => a + (x.checks || 0), 0),
-    `${when}: idem_status_checks_total`);
 
-  for (const n of ['idem_attempts_total', 'idem_status_checks_total',
-    'idem_late_results_total', 'idem_deduplicated_total',
-    'idem_process_answers_total', 'idem_process_replays_total',
-    'idem_process_fenced_total', 'idem_process_coalesced_total',
-    'idem_process_checks_total']) {
+  for (const n of ['idem_process_answers_total',
+    'idem_process_replays_total', 'idem_process_fenced_total',
+    'idem_process_coalesced_total', 'idem_process_attempts_total',
+    'idem_process_late_results_total', 'idem_process_verdicts_total',
+    'idem_process_status_checks_total']) {
     const f = fams.get(n);
     ok(f && f.type === 'COUNTER', `${when}: ${n} is a counter`, f && f.type);
     ok(f && f.metrics.every((s) => Number(s.value) >= 0),
@@ -181,20 +180,27 @@ async function scrape(when) {
 try {
   const before = await scrape('filled');
   eq(before && value(before, 'idem_in_doubt'), 2, 'filled: a1 and x1');
-  eq(before && value(before, 'idem_late_results_total'), 1, 'filled: b1');
-  eq(before && value(before, 'idem_deduplicated_total',
-    { tool: 'refund_payment' }), 1, 'filled: b2');
+  const tool = { tool: 'refund_payment' };
+  eq(before && value(before, 'idem_log_late_results', tool), 1,
+    'filled: b1 late');
+  eq(before && value(before, 'idem_log_deduplicated', tool), 1,
+    'filled: b2 deduplicated');
+  eq(before && value(before, 'idem_process_verdicts_total'), 0,
+    'filled: no verdict by this process');
   // verdicts move the counts
   let r = await api.resolve({ session: story.S, call_id: 'a1',
     verdict: 'applied', result: '{"refund_id":"re_op"}', reason: 'seen' });
   eq(r.status, 200, `resolve a1 (${r.text})`);
   const mid = await scrape('a1 resolved');
   eq(mid && value(mid, 'idem_in_doubt'), 1, 'a1 resolved: x1 left');
-  eq(mid && value(mid, 'idem_actions',
-    { tool: 'refund_payment', state: 'succeeded' }),
-  value(before, 'idem_actions',
-    { tool: 'refund_payment', state: 'succeeded' }) + 1,
-  'a1 resolved: one more succeeded');
+  eq(mid && value(mid, 'idem_process_verdicts_total'), 1,
+    'a1 resolved: one verdict by this process');
+  eq(mid && value(mid, 'idem_log_operator_verdicts', tool), 1,
+    'a1 resolved: one operator\'s verdict in the log');
+  const sop = { ...tool, state: 'succeeded', resolution: 'operator' };
+  eq(mid && [value(before, 'idem_actions', sop) || 0,
+    value(mid, 'idem_actions', sop)], [0, 1],
+  'a1 resolved: succeeded by an operator');
   // (a wrong verdict, x1 was applied: only the counts matter here, and
   // nothing runs x1 again)
   r = await api.resolve({ session: story.S, call_id: 'x1',
@@ -202,6 +208,8 @@ try {
   eq(r.status, 200, `resolve x1 (${r.text})`);
   const after = await scrape('all resolved');
   eq(after && value(after, 'idem_in_doubt'), 0, 'all resolved: none');
+  eq(after && value(after, 'idem_process_verdicts_total'), 2,
+    'all resolved: two verdicts by this process');
 } catch (e) {
   ok(false, `the scrapes: ${e.stack || e}`);
 } finally {
