@@ -147,7 +147,11 @@ static int print_text(const idem_record *r) {
        show_num(&b, "pgid", r->pgid) ||
        show_when(&b, "settle from", r->settle_from) ||
        (r->resolved_by && (show_line(&b, "resolved by", r->resolved_by, 0) ||
-                           show_when(&b, "resolved at", r->resolved_at)));
+                           show_when(&b, "resolved at", r->resolved_at))) ||
+       (r->check_with && show_line(&b, "check with", r->check_with, 1)) ||
+       (r->last_check && (show_line(&b, "last check", r->last_check, 0) ||
+                          show_when(&b, "checked at", r->checked_at) ||
+                          show_num(&b, "checks", r->checks)));
   if (!rc) fwrite(b.p, 1, b.len, stdout);
   cli_outbuf_free(&b);
   return rc;

@@ -123,7 +123,8 @@ static const cli_help helps[] = {
      "  --keep         keep the temporary directory (log, ledger, policy)\n"},
     {"mcp", "put the guard in front of an MCP server (stdio)",
      "usage: idem mcp --policy FILE [--log URL] [--session ID]\n"
-     "                [--max-message N] -- COMMAND [ARGS...]\n"
+     "                [--max-message N] [--console HOST:PORT]\n"
+     "                -- COMMAND [ARGS...]\n"
      "\n"
      "Run the MCP server COMMAND as a child and speak MCP over standard\n"
      "input and output in its place (one JSON-RPC message per line).  Every\n"
@@ -142,7 +143,10 @@ static const cli_help helps[] = {
      "                     $XDG_STATE_HOME/idem/attempts.db)\n"
      "  --session ID       the session of calls without one in _meta\n"
      "                     (default $IDEM_SESSION, else a new one per run)\n"
-     "  --max-message N    largest message in bytes (default 4194304)\n"},
+     "  --max-message N    largest message in bytes (default 4194304)\n"
+     "  --console HOST:PORT  serve the console of idem serve from this\n"
+     "                     process too (its address and token on stderr):\n"
+     "                     its /metrics then count this gateway's calls\n"},
     {"__run", NULL, ""},
     {"ls", "list the records of the attempt log",
      "usage: idem ls [--log URL] [--session S] [--state STATE] [--in-doubt]\n"

@@ -738,7 +738,10 @@ int cmd_demo(int argc, char **argv) {
   if (d.failures == 0 && !keep) {
     nftw(d.dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
   } else if (keep) {
-    printf("Files kept in %s\n", d.dir);
+    printf("Files kept in %s\n"
+           "See the story's actions in the console:\n"
+           "   %s serve --log %s --policy %s\n",
+           d.dir, d.self, d.log, d.policy);
   }
   fflush(stdout);
   return d.failures == 0 ? EXIT_OK : EXIT_FAIL;

@@ -80,6 +80,7 @@
 #include "cli.h"
 #include "gw.h"
 #include "mcp.h"
+#include "serve/serve.h"
 
 extern char **environ;
 
@@ -642,9 +643,12 @@ int cmd_mcp(int argc, char **argv) {
       {"log", required_argument, NULL, 'L'},
       {"session", required_argument, NULL, 's'},
       {"max-message", required_argument, NULL, 'm'},
+      {"console", required_argument, NULL, 'c'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *session = NULL;
+  const char *console = NULL;
+  serve *con = NULL;
   char sessbuf[64];
   size_t max_message = DEFAULT_MAX_MESSAGE;
   gw *w;
@@ -656,6 +660,7 @@ int cmd_mcp(int argc, char **argv) {
     case 'p': policy_path = optarg; break;
     case 'L': log = optarg; break;
     case 's': session = optarg; break;
+    case 'c': console = optarg; break;
     case 'm':
       if (cli_parse_size("--max-message", optarg, 1024, (size_t)1 << 30,
                          &max_message))
@@ -726,6 +731,15 @@ int cmd_mcp(int argc, char **argv) {
     cli_err("%s", idem_guard_errmsg(w->g_guarded ? w->g_guarded : w->g_user));
     goto out;
   }
+  if (console) { /* the console in this process: its /metrics are ours */
+    serve_options o = {log, policy_path, console, 0};
+    int usage;
+    if (!(con = serve_start(&o, &usage))) {
+      code = usage ? EXIT_USAGE : EXIT_FAIL;
+      goto out;
+    }
+    serve_announce(con, stderr);
+  }
   if ((rc = spawn(w, argv + optind))) {
     cli_err("cannot run %s: %s", argv[optind], strerror(rc));
     goto out;
@@ -768,6 +782,7 @@ int cmd_mcp(int argc, char **argv) {
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
 out:
+  serve_stop(con);
   the_gw = NULL;
   mcp_lines_free(&w->cin);
   mcp_lines_free(&w->sin);

@@ -377,6 +377,78 @@ static int missing_file(const char *log) {
   return *path && stat(path, &st) != 0;
 }
 
+/* The token: IDEM_SERVE_TOKEN, or 16 random bytes in hex.  0, or -1
+** after one error line (usage: *usage set). */
+static int make_secrets(serve *s, int *usage) {
+  const char *given = getenv("IDEM_SERVE_TOKEN");
+  size_t n = given ? strlen(given) : 0;
+  *usage = n && ((!s->read_only && n < 16) || n >= sizeof s->token);
+  if (*usage) {
+    cli_usage("serve", "IDEM_SERVE_TOKEN has %zu characters: give 16 to "
+                       "%zu", n, sizeof s->token - 1);
+    return -1;
+  }
+  if (random_hex(s->csrf, 16) != 0 ||
+      (!n && random_hex(s->token, 16) != 0)) {
+    cli_err("no random bytes for the token: %s", strerror(errno));
+    return -1;
+  }
+  if (n) {
+    snprintf(s->token, sizeof s->token, "%s", given);
+    s->token_given = 1;
+  }
+  return 0;
+}
+
+serve *serve_start(const serve_options *o, int *usage) {
+  serve *s = calloc(1, sizeof *s);
+  *usage = 0;
+  if (!s) {
+    cli_err("out of memory");
+    return NULL;
+  }
+  s->read_only = o->read_only;
+  if (make_secrets(s, usage) != 0) goto fail;
+  if (o->policy && idem_policy_load(o->policy, &s->policy) != IDEM_OK) {
+    cli_err("%s: %s", o->policy,
+            s->policy ? idem_policy_errmsg(s->policy) : "out of memory");
+    goto fail;
+  }
+  if (missing_file(o->log)) {
+    cli_err("no attempt log at %s", o->log);
+    goto fail;
+  }
+  if (idem_guard_open(o->log, NULL, &s->g) != IDEM_OK) {
+    cli_err("%s", s->g ? idem_guard_errmsg(s->g) : "out of memory");
+    goto fail;
+  }
+  idem_log_shown(idem_guard_log(s->g), s->log, sizeof s->log);
+  if (!(s->d = listen_on(s, o->listen ? o->listen : "127.0.0.1:8787")))
+    goto fail;
+  return s;
+fail:
+  serve_stop(s);
+  return NULL;
+}
+
+void serve_announce(const serve *s, FILE *f) {
+  fprintf(f, "idem serve: %s/ (log %s)\n", s->origin, s->log);
+  if (s->read_only)
+    fprintf(f, "idem serve: read-only, no writes\n");
+  else
+    fprintf(f, "idem serve: token %s\n",
+            s->token_given ? "from IDEM_SERVE_TOKEN" : s->token);
+  fflush(f);
+}
+
+void serve_stop(serve *s) {
+  if (!s) return;
+  if (s->d) MHD_stop_daemon(s->d);
+  idem_guard_close(s->g);
+  idem_policy_free(s->policy);
+  free(s);
+}
+
 int cmd_serve(int argc, char **argv) {
   static const struct option opts[] = {
       {"log", required_argument, NULL, 'L'},
@@ -385,19 +457,16 @@ int cmd_serve(int argc, char **argv) {
       {"read-only", no_argument, NULL, 'r'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  const char *log = NULL, *policy = NULL, *listen = "127.0.0.1:8787";
-  const char *given = getenv("IDEM_SERVE_TOKEN");
-  serve s;
-  struct MHD_Daemon *d;
+  serve_options o = {NULL, NULL, "127.0.0.1:8787", 0};
+  serve *s;
   sigset_t stop;
-  int ch, sig = 0;
-  memset(&s, 0, sizeof s);
+  int ch, sig = 0, usage;
   while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (ch) {
-    case 'L': log = optarg; break;
-    case 'p': policy = optarg; break;
-    case 'l': listen = optarg; break;
-    case 'r': s.read_only = 1; break;
+    case 'L': o.log = optarg; break;
+    case 'p': o.policy = optarg; break;
+    case 'l': o.listen = optarg; break;
+    case 'r': o.read_only = 1; break;
     case 'h': cli_print_usage(stdout, "serve"); return cli_flush();
     case ':':
       return cli_usage("serve", "option '%s' needs a value", argv[optind - 1]);
@@ -406,56 +475,15 @@ int cmd_serve(int argc, char **argv) {
     }
   }
   if (optind < argc) return cli_usage("serve", "too many arguments");
-  if (given && !s.read_only && strlen(given) < 16)
-    return cli_usage("serve", "IDEM_SERVE_TOKEN is shorter than 16 characters");
-  if (given && strlen(given) >= sizeof s.token)
-    return cli_usage("serve", "IDEM_SERVE_TOKEN is longer than %zu characters",
-                     sizeof s.token - 1);
-  if (random_hex(s.csrf, 16) != 0 ||
-      (!given && random_hex(s.token, 16) != 0)) {
-    cli_err("no random bytes for the token: %s", strerror(errno));
-    return EXIT_FAIL;
-  }
-  if (given) snprintf(s.token, sizeof s.token, "%s", given);
-  if (policy && idem_policy_load(policy, &s.policy) != IDEM_OK) {
-    cli_err("%s: %s", policy,
-            s.policy ? idem_policy_errmsg(s.policy) : "out of memory");
-    idem_policy_free(s.policy);
-    return EXIT_FAIL;
-  }
-  if (missing_file(log)) {
-    cli_err("no attempt log at %s", log);
-    idem_policy_free(s.policy);
-    return EXIT_FAIL;
-  }
-  if (idem_guard_open(log, NULL, &s.g) != IDEM_OK) {
-    cli_err("%s", s.g ? idem_guard_errmsg(s.g) : "out of memory");
-    idem_guard_close(s.g);
-    idem_policy_free(s.policy);
-    return EXIT_FAIL;
-  }
-  idem_log_shown(idem_guard_log(s.g), s.log, sizeof s.log);
-
   /* every thread inherits the blocked stop signals; this one waits */
   signal(SIGPIPE, SIG_IGN);
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, NULL);
-  if (!(d = listen_on(&s, listen))) {
-    idem_guard_close(s.g);
-    idem_policy_free(s.policy);
-    return EXIT_FAIL;
-  }
-  printf("idem serve: %s/ (log %s)\n", s.origin, s.log);
-  if (!s.read_only)
-    printf("idem serve: token %s\n", given ? "from IDEM_SERVE_TOKEN" : s.token);
-  else
-    printf("idem serve: read-only, no writes\n");
-  fflush(stdout);
+  if (!(s = serve_start(&o, &usage))) return usage ? EXIT_USAGE : EXIT_FAIL;
+  serve_announce(s, stdout);
   sigwait(&stop, &sig);
-  MHD_stop_daemon(d);
-  idem_guard_close(s.g);
-  idem_policy_free(s.policy);
+  serve_stop(s);
   return EXIT_OK;
 }

@@ -24,7 +24,27 @@ typedef struct serve {
   ** beyond loopback, where every name is this console's. */
   char hosts[4][300];
   int nhosts, any_host;
+  int token_given;        /* the token came from IDEM_SERVE_TOKEN          */
+  struct MHD_Daemon *d;
 } serve;
+
+/* Where and what to serve. */
+typedef struct serve_options {
+  const char *log;    /* the attempt log (NULL: the default one)      */
+  const char *policy; /* a policy file, or NULL                       */
+  const char *listen; /* HOST:PORT (NULL: 127.0.0.1:8787)             */
+  int read_only;
+} serve_options;
+
+/* Open the log (and the policy) and serve it on the daemon's own threads:
+** the console, or NULL after one error line (*usage: a bad option or
+** IDEM_SERVE_TOKEN).  `idem serve` runs one; so does `idem mcp
+** --console`, whose /metrics then count the gateway's own calls. */
+serve *serve_start(const serve_options *o, int *usage);
+/* Its address and how writes get their token, a line each, to f. */
+void serve_announce(const serve *s, FILE *f);
+/* Stop serving and close; NULL is a no-op. */
+void serve_stop(serve *s);
 
 /* An answer to one request: its status, media type and body (malloc'd;
 ** MHD frees it). */
