@@ -49,6 +49,16 @@ const srv = await serve(idem, ['--log', story.log, '--policy', story.policy]);
 const servers = [srv];
 ok(srv.token && srv.token.length >= 16, 'a token line', srv.lines);
 const api = new Api(srv.url, srv.token);
+// a PostgreSQL URL's password is never shown: not on stdout, not by the API
+let secret = null;
+try { secret = new URL(story.log).password || null; } catch { /* sqlite: */ }
+if (secret) {
+  ok(!srv.lines.join('\n').includes(secret), 'the password not on stdout',
+    srv.lines);
+  const shown = (await api.info()).log;
+  ok(shown && !shown.includes(secret), 'the password not in /api/info',
+    shown);
+}
 const browser = await puppeteer.launch({
   executablePath: CHROMIUM,
   headless: true,
@@ -229,6 +239,26 @@ try {
     .catch(() => {});
   eq(await shown(), ['b1'], 'the link shows b1, and only b1');
 
+  // the search: exact matches (the session and a call id; then a state)
+  await p3.goto(srv.url + '#/search', { waitUntil: 'load' });
+  await p3.waitForSelector('form#search', { visible: true, ...T });
+  await p3.type('#q-session', S);
+  await p3.type('#q-call', 'b2');
+  await p3.click('button#q-go');
+  const found = () => p3.$$eval('table#records tr.record-row',
+    (rs) => rs.map((r) => `${r.dataset.session}/${r.dataset.call}`));
+  await p3.waitForFunction(() =>
+    document.querySelectorAll('table#records tr.record-row').length > 0, T)
+    .catch(() => {});
+  eq(await found(), [`${S}/b2`], 'search: session and call id');
+  await p3.$eval('#q-call', (e) => { e.value = ''; });
+  await p3.select('select#q-state', 'in_doubt');
+  await p3.click('button#q-go');
+  await p3.waitForFunction((want) => [...document.querySelectorAll(
+    'table#records tr.record-row')].map((r) => r.dataset.call).join() ===
+    want, T, 'x1').catch(() => {});
+  eq(await found(), [`${S}/x1`], 'search: the session\'s calls in doubt');
+
   // (e) nothing injected, anywhere the arguments were shown
   for (const [name, p] of [['list', p1], ['second page', p2],
     ['timeline', p3]]) {
@@ -248,6 +278,9 @@ try {
   eq(consoleMsgs.filter((m) => /Content Security Policy|Refused to/i.test(m)),
     [], 'no CSP violation reported');
   eq(pageErrors, [], 'no uncaught error in the page');
+  if (secret) {
+    ok(!(await p1.content()).includes(secret), 'the password not in the page');
+  }
 
   // the ledger throughout: every action applied once, b2 never ran
   for (const c of ['a1', 'x1', 'b1', 'p1']) {
