@@ -139,10 +139,10 @@ export class Story {
   }
 
   // idem exec of one call of the story; {code, env (the envelope)}
-  async exec(call, turn, mode, extra = {}) {
+  async exec(call, turn, mode, extra = {}, flags = []) {
     const r = await run(this.idem, ['exec', '--log', this.log,
       '--policy', this.policy, '--session', this.S, '--call', call,
-      '--turn', turn, '--tool', 'refund_payment',
+      '--turn', turn, '--tool', 'refund_payment', ...flags,
       '--args', JSON.stringify(this.args[call]), '--', REFUND],
     { env: { LEDGER: this.ledger, REFUND_MODE: mode, ...extra } });
     let env = null;
@@ -207,11 +207,14 @@ with idem.Guard(log, pol) as g:
 
   // Fill the log (the story above), checking each answer on the way.
   async fill() {
-    let r = await this.exec('a1', 't1', 'crash');
+    // (a deadline that a busy machine does not reach first: the command
+    // applies, then dies)
+    const slow = ['--timeout', '20000'];
+    let r = await this.exec('a1', 't1', 'crash', {}, slow);
     eq(r.code, 75, 'a1: exec exit (in doubt)');
     eq(r.env && r.env.status, 'outcome_unknown', 'a1: outcome_unknown');
     eq(this.applied('a1'), 1, 'a1: applied once before it died');
-    r = await this.exec('x1', 't1', 'crash');
+    r = await this.exec('x1', 't1', 'crash', {}, slow);
     eq(r.env && r.env.status, 'outcome_unknown', 'x1: outcome_unknown');
     r = await this.exec('b1', 't1', 'late', { LATE: '1.5' });
     eq(r.code, 75, 'b1: exec exit (deadline)');
