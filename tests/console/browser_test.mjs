@@ -138,6 +138,9 @@ try {
   await p1.click('form#resolve-form input[name=verdict][value=applied]');
   await p1.type('textarea#resolve-result', '{"refund_id":"re_op"}');
   await p1.type('input#resolve-reason', 'found it on the PSP dashboard');
+  // (who: a field the page may offer beyond the contract)
+  const by = await p1.$('input#resolve-by');
+  if (by) await by.type('alice@ops');
   await p1.screenshot({ path: path.join(shots, 'console-resolve.png') });
   eq(story.applied('a1'), 1, 'a1: one application before the verdict');
   const said = await text(p1, '#message');
@@ -157,6 +160,10 @@ try {
   eq(rec && [rec.state, rec.resolution], ['succeeded', 'operator'],
     'a1: the log has the verdict');
   eq(rec && rec.result, { refund_id: 're_op' }, 'a1: with its result');
+  if (by) {
+    ok(rec && String(rec.resolved_by).includes('alice@ops'), 'a1: by whom',
+      rec && rec.resolved_by);
+  }
   let r = await story.exec('a1', 't1', 'ok');
   eq(r.code, 0, 'a1 again: exec exit');
   eq(r.env && [r.env.status, r.env.replayed], ['succeeded', true],

@@ -108,7 +108,9 @@ export class Story {
     this.idem = idem;
     this.dir = dir;
     this.log = log;
-    this.S = `console_${process.pid}_${Math.floor(Math.random() * 1e6)}`;
+    // (the pictures of `make screenshots` show a steady name)
+    this.S = process.env.IDEM_SCREENSHOTS ? 'agent_run_42' :
+      `console_${process.pid}_${Math.floor(Math.random() * 1e6)}`;
     this.ledger = path.join(dir, 'ledger');
     this.policy = path.join(dir, 'policy.json');
     fs.writeFileSync(this.ledger, '');
