@@ -1,6 +1,6 @@
 #!/bin/bash
-# idem serve's defences, with curl: the token, the Origin and CSRF checks
-# of POST /api/resolve (a refused write leaves the record as it was), the
+# idem serve's defences, with curl: the Host check, the token, the Origin
+# and CSRF checks of POST /api/resolve (a refused write leaves the record as it was), the
 # read-only mode, the headers of every response, the listening address,
 # and the refusals at start (a log it cannot open, a short token).
 #   tests/console/security_test.sh IDEM_BINARY
@@ -103,6 +103,15 @@ expect "CSRF mismatch: 403" 403 \
 expect "CSRF both forged: 403" 403 \
   "$(post -H "$AUTH" -H "X-Idem-CSRF: forged" -H "Cookie: idem_csrf=forged" -H "$OR")"
 expect "GET /api/resolve: 405" 405 "$(req "${URL}api/resolve")"
+# a name made to resolve to 127.0.0.1 (DNS rebinding) gets nothing
+expect "another Host: 403" 403 \
+  "$(req -H "Host: evil.example:$PORT" "${URL}api/doubt")"
+hasnt "another Host: no record" "$(cat "$T/b")" "$S"
+expect "another Host, a write: 403" 403 \
+  "$(post -H "Host: evil.example:$PORT" -H "$AUTH" -H "$XC" -H "$CK")"
+expect "localhost: 200" 200 \
+  "$(req -H "Host: localhost:$PORT" "${URL}api/doubt")"
+has "localhost: the records" "$(cat "$T/b")" "$S"
 expect "refused writes changed nothing" "$before" "$("$IDEM" show --json "$S" c1)"
 
 # bad bodies: 400, nothing changes
