@@ -22,6 +22,9 @@
 //   idem_process_attempts_total, idem_process_late_results_total,
 //   idem_process_verdicts_total, idem_process_status_checks_total{answer}
 //   idem_guard_latency_seconds            histogram (cumulative buckets)
+// And the JSON API against the same log: /api/record's fields, and the
+// pages of /api/session, /api/records and /api/doubt (limit, after) in the
+// log's order.
 import {
   Api, Story, eq, logUrl, ok, peers, run, serve, summary, tempDir,
 } from './lib.mjs';
@@ -177,7 +180,67 @@ async function scrape(when) {
   return fams;
 }
 
+// The API against the log: the fields of a record, and paging
+const REC = ['session', 'call_id', 'tool', 'state', 'resolution', 'attempts',
+  'key', 'fingerprint', 'args', 'result', 'error', 'duplicate_of', 'turn',
+  'delivered', 'created', 'updated', 'settle_from', 'settle_ends',
+  'executor', 'executor_alive', 'owner', 'check_with', 'last_check',
+  'checked_at', 'checks', 'resolved_by', 'resolved_at', 'age_ms'];
+async function pages(p, limit) {
+  const out = [];
+  let after = null;
+  for (let i = 0; i < 20; i++) {
+    const sep = p.includes('?') ? '&' : '?';
+    const r = await api.get(`${p}${sep}limit=${limit}` +
+      (after ? `&after=${encodeURIComponent(after)}` : ''));
+    if (!ok(r.status === 200 && r.json && Array.isArray(r.json.items),
+      `GET ${p} limit ${limit}: a page`, r.text)) return out;
+    ok(r.json.items.length <= limit, `GET ${p}: at most ${limit}`,
+      r.json.items.length);
+    out.push(...r.json.items);
+    after = r.json.next;
+    if (!after) return out;
+  }
+  ok(false, `GET ${p}: more than 20 pages`);
+  return out;
+}
+async function apiChecks() {
+  const S = encodeURIComponent(story.S);
+  for (const c of ['a1', 'b2', 'p1']) {
+    const r = await api.get(`/api/record?session=${S}&call_id=${c}`);
+    const shown = await story.show(c);
+    eq(r.status, 200, `/api/record ${c}`);
+    const rec = r.json || {};
+    eq(REC.filter((k) => !(k in rec)), [], `/api/record ${c}: every field`);
+    for (const k of ['state', 'resolution', 'attempts', 'key', 'args',
+      'result', 'duplicate_of', 'turn', 'created', 'resolved_by']) {
+      eq(rec[k], shown && shown[k], `/api/record ${c}: ${k} as idem show`);
+    }
+  }
+  const no = await api.get(`/api/record?session=${S}&call_id=nosuch`);
+  eq(no.status, 404, '/api/record of no record: 404');
+  ok(no.json && typeof no.json.error === 'string',
+    '/api/record of no record: {"error":...}', no.text);
+  const order = (await lines(['ls', '--json', '--session', story.S]))
+    .map((x) => x.call_id);
+  eq((await pages(`/api/session?session=${S}`, 2)).map((x) => x.call_id),
+    order, '/api/session by pages of 2: every call, in order');
+  eq((await pages(`/api/records?session=${S}`, 3)).map((x) => x.call_id),
+    order, '/api/records by pages of 3: the same');
+  eq((await pages(`/api/records?session=${S}&tool=refund_payment&` +
+    'state=succeeded', 1)).map((x) => x.call_id),
+  order.filter((c) => ['b1', 'p1'].includes(c)),
+  '/api/records by tool and state, pages of 1');
+  eq((await pages(`/api/records?key=${encodeURIComponent(story.keys.p1)}`,
+    50)).map((x) => x.call_id), ['p1'], '/api/records by key');
+  const doubt = (await lines(['ls', '--in-doubt', '--json']))
+    .map((x) => `${x.session}/${x.call_id}`);
+  eq((await pages('/api/doubt', 1)).map((x) => `${x.session}/${x.call_id}`),
+    doubt, '/api/doubt by pages of 1: idem ls --in-doubt, in order');
+}
+
 try {
+  await apiChecks();
   const before = await scrape('filled');
   eq(before && value(before, 'idem_in_doubt'), 2, 'filled: a1 and x1');
   const tool = { tool: 'refund_payment' };
