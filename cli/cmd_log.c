@@ -229,7 +229,7 @@ int cmd_ls(int argc, char **argv) {
       {"in-doubt", no_argument, NULL, 'D'},
       {NULL, 0, NULL, 0}};
   const char *log = NULL;
-  idem_filter f = {sizeof f, NULL, 0, 0, 0};
+  idem_filter f = {.size = sizeof f};
   ls_ctx x = {0, 0, 0, NULL};
   idem_guard *g;
   int ch, rc, state;
@@ -765,7 +765,8 @@ int cmd_recover(int argc, char **argv) {
       {NULL, 0, NULL, 0}};
   const char *log = NULL, *policy_path = NULL;
   idem_policy *policy = NULL;
-  idem_filter f = {sizeof f, NULL, 0, 0, 1}; /* the recoverable ones */
+  /* the recoverable ones */
+  idem_filter f = {.size = sizeof f, .recoverable = 1};
   doubts d = {NULL, 0, 0, 0};
   recover_job j;
   pthread_t th[64];
