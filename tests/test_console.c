@@ -489,6 +489,19 @@ static void guard_call(idem_guard *g, const char *call_id, const char *turn,
   idem_free(env);
 }
 
+/* The next completion of q, waited for up to 10 s: 1, or 0 when none. */
+static int pop_one(idem_queue *q, idem_completion *c) {
+  size_t got = 0;
+  int i;
+  for (i = 0; i < 10000 && !got; i++) {
+    memset(c, 0, sizeof *c);
+    c->size = sizeof *c;
+    CHECK_INT(idem_queue_pop(q, c, 1, &got), IDEM_OK);
+    if (!got) usleep(1000);
+  }
+  return got == 1;
+}
+
 static void test_metrics(idem_guard *g) {
   idem_metrics a, b;
   moved w;
@@ -580,6 +593,37 @@ static void test_metrics(idem_guard *g) {
       CHECK_INT(r->state, IDEM_STATE_NOT_APPLIED);
     }
     idem_record_free(r);
+  }
+  /* the completion queue walks the same steps: counted the same */
+  {
+    idem_queue *q = NULL;
+    idem_completion c;
+    char args[128];
+    idem_call call = {sizeof call, "mx", "m8", "refund_payment", NULL, 0,
+                      "mt7", 0};
+    call.args = args_of(args, sizeof args, 505);
+    call.args_len = strlen(call.args);
+    a = b;
+    CHECK_INT(idem_queue_open(g, &q), IDEM_OK);
+    CHECK_INT(idem_queue_begin(q, &call, 0, NULL), IDEM_OK);
+    if (pop_one(q, &c) && c.rc == IDEM_OK && c.next == IDEM_NEXT_EXECUTE) {
+      CHECK_INT(idem_queue_finish(q, c.step, IDEM_OUTCOME_APPLIED, "{}", 2,
+                                  NULL, IDEM_QUEUE_DELIVER, NULL),
+                IDEM_OK);
+      CHECK(pop_one(q, &c) && c.answer == IDEM_ANSWER_SUCCEEDED);
+      idem_step_free(c.step);
+    } else
+      check_failed++;
+    /* its replay, inline */
+    CHECK_INT(idem_queue_begin(q, &call, IDEM_QUEUE_INLINE, NULL), IDEM_OK);
+    CHECK(pop_one(q, &c) && c.answer == IDEM_ANSWER_SUCCEEDED);
+    idem_step_free(c.step);
+    idem_queue_close(q);
+    b = now_metrics();
+    memset(&w, 0, sizeof w);
+    w.answers[IDEM_ANSWER_SUCCEEDED] = 2;
+    w.attempts = w.replays = 1;
+    EXPECT_MOVED(a, b, w);
   }
   /* the buckets' bounds */
   CHECK_INT(idem_latency_bound_us(0), 100);
