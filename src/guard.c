@@ -1790,7 +1790,8 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   }
   if (make_fence_key(s) || build_check_args(s, s->args, s->args_len, s->key))
     return gfail(g, IDEM_NOMEM, "out of memory");
-  s->deadline = idem__mono_ms() + s->rule->timeout_ms;
+  /* from when it began (one reading of the clock: a replay's path) */
+  s->deadline = s->t0 / 1000 + s->rule->timeout_ms;
   idem__store_deadline_set(s->deadline);
   s->started = now_ms(s);
   rc = decide(s);
