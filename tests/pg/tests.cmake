@@ -31,3 +31,5 @@ add_test(NAME resolve_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_ser
   ${CMAKE_CURRENT_SOURCE_DIR}/resolve_test.sh $<TARGET_FILE:idem>)
 add_test(NAME seams_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   sh -c "exec \"$0\" \"$IDEM_PG_URL\"" $<TARGET_FILE:test_seams>)
+add_test(NAME console_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  sh -c "exec \"$0\" \"$IDEM_PG_URL\"" $<TARGET_FILE:test_console>)
