@@ -715,6 +715,7 @@ int cmd_recover(int argc, char **argv) {
       {NULL, 0, NULL, 0}};
   const char *log = NULL, *policy_path = NULL;
   idem_policy *policy = NULL;
+  /* the recoverable ones */
   idem_filter f = {.size = sizeof f, .recoverable = 1};
   doubts d = {NULL, 0, 0, 0};
   recover_job j;

@@ -430,10 +430,13 @@ typedef struct idem_record {
   long long resolved_at;
   /* What the console shows of an action in doubt (added in 0.5.0):
   ** check_with, the {"tool":T,"arguments":A} the model was told to check
-  ** with when the action went in doubt (NULL: none was told); last_check,
-  ** the answer of its last status check - "applied", "not_applied",
-  ** "rejected" or "unknown" - and checked_at, when (NULL and 0: none ran);
-  ** checks, how many status checks ran on it. */
+  ** with when the action went in doubt, as the envelope's check_with
+  ** gave it (NULL: none was told); last_check, the answer of its last
+  ** status check as the check gave it - "applied", "not_applied",
+  ** "rejected" or "unknown" - and checked_at, when, by the log's clock
+  ** (NULL and 0: none ran); checks, how many status checks ran on it
+  ** (through a step's CHECK or idem_guard_settle_many; an operator's
+  ** verdict is none). */
   char *check_with;
   char *last_check;
   long long checked_at;
@@ -907,7 +910,10 @@ typedef struct idem_filter {
   /* Added in 0.5.0: exact matches (NULL: any), and paging.  A page goes
   ** on after the record named by after_created, after_session and
   ** after_call_id (the last one the previous page gave, in the listing's
-  ** order: created, session, call_id); after_created 0: from the start. */
+  ** order: created, session, call_id; a NULL name reads as ""), whether
+  ** or not that record is still there; after_created 0: from the start.
+  ** A caller of an earlier header sets a size that ends before call_id:
+  ** the fields it lacks read as NULL and 0. */
   const char *call_id;
   const char *key;
   const char *tool;
@@ -961,7 +967,7 @@ typedef struct idem_metrics {
   long long replays;      /* answers replayed from the log              */
   long long fenced;       /* new calls held back as another's repeat    */
   long long coalesced;    /* of those, as a call of the same turn       */
-  long long attempts;     /* downstream attempts started                */
+  long long attempts;     /* downstream attempts of guarded actions      */
   long long late;         /* late results recorded                      */
   long long checks[5];    /* status checks, by enum idem_outcome        */
   long long resolved;     /* operators' verdicts recorded               */
@@ -973,6 +979,8 @@ typedef struct idem_metrics {
   long long latency_count;
   long long latency_sum_us;
 } idem_metrics;
+/* Copy them into *out: IDEM_MISUSE when out is NULL or out->size is below
+** sizeof(idem_metrics) of this header (its first layout). */
 IDEM_API int idem_metrics_read(idem_metrics *out);
 /* The upper bound of latency bucket i in microseconds; -1 past the
 ** last. */

@@ -7,7 +7,8 @@
 ** earlier a smaller.  The library copies what both know and leaves the
 ** rest zero (a field this version has and the caller lacks reads as NULL /
 ** 0); it never reads or writes past the caller's size.  Every sized struct
-** is at its first layout in this version, so a size below ours is misuse.
+** has a first layout (idemInt.h: IDEM__ABI_MIN and the named ones for
+** structs that grew since); a size below it is misuse.
 */
 #include <string.h>
 

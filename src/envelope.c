@@ -50,6 +50,16 @@ static int str(idem__buf *b, const char *s) {
   return rc;
 }
 
+int idem__check_with(idem__buf *b, const char *tool, const char *args) {
+  int rc = idem__buf_append(b, "{\"tool\":", 8);
+  if (!rc) rc = str(b, tool);
+  if (!rc) rc = idem__buf_append(b, ",\"arguments\":", 13);
+  if (!args) args = "{}";
+  if (!rc) rc = idem__buf_append(b, args, strlen(args));
+  if (!rc) rc = idem__buf_append(b, "}", 1);
+  return rc;
+}
+
 int idem__envelope(idem__buf *b, const idem__env *e) {
   char num[32];
   int rc = 0;
@@ -78,11 +88,8 @@ int idem__envelope(idem__buf *b, const idem__env *e) {
     PUTSTR(e->message);
   }
   if (e->check_tool) {
-    PUT(",\"check_with\":{\"tool\":");
-    PUTSTR(e->check_tool);
-    PUT(",\"arguments\":");
-    PUT(e->check_args ? e->check_args : "{}");
-    PUT("}");
+    PUT(",\"check_with\":");
+    if (!rc) rc = idem__check_with(b, e->check_tool, e->check_args);
   }
   if (e->duplicate_of) {
     PUT(",\"duplicate_of\":");

@@ -183,6 +183,9 @@ struct idem_step {
   idem_record *earlier; /* the fencing action, in FENCE and its CHECK     */
   char *why; /* what left our own action in doubt, in the executor's words */
              /* ("no answer within 5000 ms"); said to the model, or NULL  */
+  long long t0; /* when it began (idem__mono_us): its answer's latency     */
+  int counted;  /* its answer is counted (metrics.c)                      */
+  int no_check; /* the CHECK is answered unknown without running one     */
   idem__buf env;
 };
 
@@ -392,6 +395,11 @@ static int answer(idem_step *s, int ans, int replayed, int attempts,
   s->phase = PH_ANSWERED;
   s->next = IDEM_NEXT_ANSWER;
   s->answer = ans;
+  if (!s->counted) {
+    s->counted = 1;
+    idem__metric_answer(ans, replayed, dup_of && !replayed,
+                        idem__mono_us() - s->t0);
+  }
   if ((rc = idem__envelope(&s->env, &e)))
     return gfail(s->g, IDEM_NOMEM, "out of memory building the envelope");
   return IDEM_OK;
@@ -604,6 +612,7 @@ static int lost_race(idem_step *s, idem_record *now) {
 }
 
 static int to_execute(idem_step *s, long long delay) {
+  idem__metric_add(IDEM__M_ATTEMPTS);
   s->deadline = idem__mono_ms() + delay + s->rule->timeout_ms;
   s->ended = 0;
   s->phase = PH_EXEC;
@@ -643,12 +652,14 @@ static void new_attempt(idem_step *s, idem__change *ch, long long delay) {
 /* Our record, in_doubt or not_applied and held by us, goes back to pending
 ** durably before the next attempt (no downstream call without a durable
 ** record of it).  The token grows: it names the attempt, so that a late
-** word from the earlier one cannot settle this one. */
-static int repend(idem_step *s, int from_state, long long delay) {
+** word from the earlier one cannot settle this one.  check: the answer of
+** the status check that sends it back (recorded with it), or 0. */
+static int repend(idem_step *s, int from_state, long long delay, int check) {
   idem__change ch;
   idem_record *now = NULL;
   int rc;
   change_init(s, &ch, NULL);
+  ch.check = check;
   ch.from = BIT(from_state);
   ch.expect_token = s->token;
   ch.state = IDEM_STATE_PENDING;
@@ -754,7 +765,7 @@ static int reconcile_own(idem_step *s, const idem_record *r) {
   ** attempt in doubt has ended (one attempt in flight at a time) */
   if (dedupe_retry(s, r)) {
     s->attempt = r->attempts + 1;
-    return repend(s, IDEM_STATE_IN_DOUBT, 0);
+    return repend(s, IDEM_STATE_IN_DOUBT, 0, 0);
   }
   return answer_unknown(s, NULL);
 }
@@ -1266,6 +1277,7 @@ static int deduplicate(idem_step *s, const idem_record *e) {
   if ((rc = dup_note(s, 0, e->session, e->call_id, e->delivered)))
     return rc;
   if (ran != e->call_id && (rc = dup_read(s, 1, e->session, ran))) return rc;
+  if (same_turn(s, e)) idem__metric_add(IDEM__M_COALESCED);
   if (e->state == IDEM_STATE_DEDUPLICATED && same_turn(s, e))
     return answer(s, IDEM_ANSWER_ALREADY_APPLIED, 0, e->attempts, e->result,
                   ran,
@@ -1720,6 +1732,7 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
     return gfail(g, IDEM_NOMEM, "out of memory");
   memset(s, 0, sizeof *s);
   s->magic = STEP_MAGIC;
+  s->t0 = idem__mono_us();
   idem__buf_init(&s->env, (size_t)64 << 20);
   *out = s;
   s->session = idem__strdup(call->session ? call->session : "");
@@ -1777,7 +1790,8 @@ int idem_guard_begin(idem_guard *g, const idem_call *call_in, idem_step **out) {
   }
   if (make_fence_key(s) || build_check_args(s, s->args, s->args_len, s->key))
     return gfail(g, IDEM_NOMEM, "out of memory");
-  s->deadline = idem__mono_ms() + s->rule->timeout_ms;
+  /* from when it began (one reading of the clock: a replay's path) */
+  s->deadline = s->t0 / 1000 + s->rule->timeout_ms;
   idem__store_deadline_set(s->deadline);
   s->started = now_ms(s);
   rc = decide(s);
@@ -1867,6 +1881,8 @@ static int settle(idem_guard *g, const char *session, const char *call_id,
     rc = g->st->vt->change(g->st, &ch, &now);
   }
   idem_record_free(now);
+  if (rc == IDEM_OK && resolution == IDEM_RESOLVED_LATE)
+    idem__metric_add(IDEM__M_LATE);
   if (rc == IDEM_STALE)
     return strict ? gfail(g, rc, "the action changed meanwhile")
                   : IDEM_OK; /* settled already */
@@ -1955,9 +1971,10 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *given, size_t n) {
     chs[i].call_id = v[i].call_id;
     chs[i].delivered = -1;
     chs[i].from = BIT(IDEM_STATE_IN_DOUBT) | BIT(IDEM_STATE_PENDING);
-    /* UNKNOWN changes nothing: a condition no record meets */
-    chs[i].from = out == IDEM_OUTCOME_UNKNOWN ? 0 : chs[i].from;
     chs[i].expect_token = v[i].token;
+    chs[i].check = v[i].outcome; /* as the check said it */
+    idem__metric_check(v[i].outcome);
+    if (out == IDEM_OUTCOME_UNKNOWN) continue; /* the check alone */
     chs[i].exec_set = IDEM__EXEC_CLEAR;
     chs[i].state = out == IDEM_OUTCOME_APPLIED ? IDEM_STATE_SUCCEEDED
                                                : IDEM_STATE_NOT_APPLIED;
@@ -1969,11 +1986,14 @@ int idem_guard_settle_many(idem_guard *g, idem_settlement *given, size_t n) {
     rc = g->st->vt->change_many(g->st, chs, n, rcs);
   else
     for (i = 0; i < n; i++) {
-      rcs[i] =
-          chs[i].from ? g->st->vt->change(g->st, &chs[i], NULL) : IDEM_STALE;
+      rcs[i] = g->st->vt->change(g->st, &chs[i], NULL);
       if (rcs[i] && rcs[i] != IDEM_STALE && rc == IDEM_OK) rc = rcs[i];
     }
   for (i = 0; i < n; i++) {
+    /* an answer that settled nothing: UNKNOWN is no error; "not applied"
+    ** while an attempt may land changed nothing of the action (STALE) */
+    if (!chs[i].state && rcs[i] == IDEM_OK)
+      rcs[i] = v[i].outcome == IDEM_OUTCOME_UNKNOWN ? IDEM_OK : IDEM_STALE;
     AT(given, i, stride)->rc =
         v[i].outcome == IDEM_OUTCOME_UNKNOWN ? IDEM_OK : rcs[i];
     idem__free(res[i]);
@@ -2078,7 +2098,9 @@ int idem_guard_resolve(idem_guard *g, const char *session, const char *call_id,
     return rc;
   }
   idem_record_free(now_rec);
-  return rc ? store_fail(g, rc) : IDEM_OK;
+  if (rc) return store_fail(g, rc);
+  idem__metric_add(IDEM__M_RESOLVED);
+  return IDEM_OK;
 }
 
 int idem_guard_settle(idem_guard *g, const char *session, const char *call_id,
@@ -2237,7 +2259,8 @@ static int step_finish(idem_step *s, int outcome, const char *result,
   case IDEM_STATE_NOT_APPLIED:
     if (now->attempts < s->rule->retries + 1) {
       s->attempt = now->attempts + 1;
-      rc = repend(s, IDEM_STATE_NOT_APPLIED, backoff(s->rule, now->attempts));
+      rc = repend(s, IDEM_STATE_NOT_APPLIED, backoff(s->rule, now->attempts),
+                  0);
     } else
       rc = answer(s, IDEM_ANSWER_FAILED, 0, now->attempts, NULL, NULL,
                   "The %s call did not take effect: it could not be carried "
@@ -2255,7 +2278,7 @@ static int step_finish(idem_step *s, int outcome, const char *result,
     if (dedupe_retry(s, now)) {
       s->attempt = now->attempts + 1;
       s->doubted = 1;
-      rc = repend(s, IDEM_STATE_IN_DOUBT, backoff(s->rule, now->attempts));
+      rc = repend(s, IDEM_STATE_IN_DOUBT, backoff(s->rule, now->attempts), 0);
     } else
       rc = reconcile_own(s, now);
   }
@@ -2350,18 +2373,54 @@ int idem_guard_executor_lease(idem_guard *g, const char *session,
   return rc ? store_fail(g, rc) : IDEM_OK;
 }
 
+/* The check_with the model is told for the action s checks: the envelope's
+** text (idem__check_with), or NULL when the policy names no status tool
+** (or memory ran out: the record then lacks it, the answer does not). */
+static char *check_with_of(idem_step *s) {
+  idem__buf b;
+  char *out = NULL;
+  if (!s->rule->has_status || !s->rule->status.tool) return NULL;
+  idem__buf_init(&b, s->env.cap);
+  if (idem__check_with(&b, s->rule->status.tool, s->check_args) == IDEM_OK)
+    out = idem__strndup(b.p, b.len);
+  idem__buf_free(&b);
+  return out;
+}
+
+/* A status check's answer (check; 0: none ran) that settles nothing - the
+** action of e (NULL: this call's own) stays in doubt - recorded with what
+** the model is told to check with when the answer tells it: a write of its
+** own, on that rare path.  Best effort: the answer is true without it. */
+static void note_check(idem_step *s, const idem_record *e, int check) {
+  idem__change ch;
+  char *with = s->answer == IDEM_ANSWER_OUTCOME_UNKNOWN ? check_with_of(s)
+                                                        : NULL;
+  if (check || with) {
+    change_init(s, &ch, e);
+    ch.from = BIT(IDEM_STATE_IN_DOUBT);
+    ch.expect_token = e ? e->token : s->token;
+    ch.check = check;
+    ch.check_with = with;
+    (void)s->g->st->vt->change(s->g->st, &ch, NULL);
+  }
+  idem__free(with);
+}
+
 static int step_resolve(idem_step *s, int outcome, const char *result,
                         size_t result_len) {
   idem__change ch;
   idem__tool_rule scratch;
   idem_record *now = NULL, *e;
   char *res = NULL;
-  int rc;
+  int rc, check;
   if (!step_ok(s) || outcome < IDEM_OUTCOME_APPLIED ||
       outcome > IDEM_OUTCOME_UNKNOWN)
     return IDEM_MISUSE;
   if (s->phase != PH_CHECK_OWN && s->phase != PH_CHECK_EARLIER)
     return gfail(s->g, IDEM_MISUSE, "resolve without a CHECK step");
+  /* what the check said is recorded as it said it (0: none ran) */
+  check = s->no_check ? 0 : outcome;
+  if (check) idem__metric_check(check);
   if (outcome == IDEM_OUTCOME_REJECTED) outcome = IDEM_OUTCOME_NOT_APPLIED;
   s->doubted = 0; /* a check answers for the action as a whole */
   if (result && !(res = result_json(s->c, result, result_len)))
@@ -2370,7 +2429,9 @@ static int step_resolve(idem_step *s, int outcome, const char *result,
 
   if (outcome == IDEM_OUTCOME_UNKNOWN) {
     idem__free(res);
-    return answer_unknown(s, e ? e->call_id : NULL);
+    rc = answer_unknown(s, e ? e->call_id : NULL);
+    if (rc == IDEM_OK) note_check(s, e, check);
+    return rc;
   }
   if (outcome == IDEM_OUTCOME_NOT_APPLIED) {
     /* "not applied" proves only that no attempt has landed YET (§6a): the
@@ -2391,6 +2452,7 @@ static int step_resolve(idem_step *s, int outcome, const char *result,
       idem__free(res);
       rc = answer_pending_landing(s, cur, e ? e->call_id : NULL);
       idem_record_free(cur);
+      if (rc == IDEM_OK) note_check(s, e, check);
       return rc;
     }
     idem_record_free(cur);
@@ -2399,6 +2461,7 @@ static int step_resolve(idem_step *s, int outcome, const char *result,
   ch.from = BIT(IDEM_STATE_IN_DOUBT);
   ch.expect_token = e ? e->token : s->token;
   ch.exec_set = IDEM__EXEC_CLEAR; /* settled: nothing of it can land */
+  ch.check = check;
   ch.expires = kept_until(
       e ? idem__policy_rule(s->g->policy, e->tool, &scratch) : s->rule,
       now_ms(s));
@@ -2410,7 +2473,7 @@ static int step_resolve(idem_step *s, int outcome, const char *result,
     /* certainly not applied: execute again, with the same key */
     idem__free(res);
     s->attempt++;
-    return repend(s, IDEM_STATE_IN_DOUBT, 0);
+    return repend(s, IDEM_STATE_IN_DOUBT, 0, check);
   } else {
     ch.state = IDEM_STATE_NOT_APPLIED;
     ch.resolution = IDEM_RESOLVED_RECONCILED;
@@ -2980,6 +3043,7 @@ int idem_guard_call(idem_guard *g, const idem_call *call,
       break;
     case IDEM_NEXT_CHECK:
       if (!tool->check) {
+        s->no_check = 1; /* nothing to check with: no check ran */
         rc = idem_step_resolve(s, IDEM_OUTCOME_UNKNOWN, NULL, 0);
         break;
       }
@@ -3028,6 +3092,7 @@ int idem_guard_recover(idem_guard *g, const char *session, const char *call_id,
   }
   memset(s, 0, sizeof *s);
   s->magic = STEP_MAGIC;
+  s->t0 = idem__mono_us();
   s->recover = 1;
   idem__buf_init(&s->env, (size_t)64 << 20);
   *out = s;
@@ -3140,7 +3205,7 @@ int idem_guard_list(idem_guard *g, const idem_filter *f, idem_record_fn fn,
   if (!g || g->magic != GUARD_MAGIC || !g->st || !fn) return IDEM_MISUSE;
   if (!f)
     memset(&cur, 0, sizeof cur);
-  else if (idem__abi_in(&cur, sizeof cur, f, IDEM__ABI_MIN(idem_filter)))
+  else if (idem__abi_in(&cur, sizeof cur, f, IDEM__FILTER_MIN))
     return gfail(g, IDEM_MISUSE,
                  "idem_filter.size is %zu: set it to sizeof(idem_filter)",
                  f->size);
@@ -3153,6 +3218,12 @@ int idem_guard_list(idem_guard *g, const idem_filter *f, idem_record_fn fn,
   sf.session = cur.session;
   sf.states = cur.states;
   sf.limit = cur.limit;
+  sf.call_id = cur.call_id;
+  sf.key = cur.key;
+  sf.tool = cur.tool;
+  sf.after_created = cur.after_created;
+  sf.after_session = cur.after_session;
+  sf.after_call_id = cur.after_call_id;
   if (x.recoverable) {
     /* the limit counts recoverable records, which the store cannot see */
     sf.states = (cur.states ? cur.states : ALL_STATES) &
@@ -3181,6 +3252,13 @@ int idem_guard_stats(idem_guard *g, idem_stats *out) {
     return gfail(g, IDEM_MISUSE,
                  "idem_stats.size is too small: set it to sizeof(idem_stats)");
   return IDEM_OK;
+}
+
+int idem_guard_tally(idem_guard *g, idem_tally_fn fn, void *ctx) {
+  int rc;
+  if (!g || g->magic != GUARD_MAGIC || !g->st || !fn) return IDEM_MISUSE;
+  rc = g->st->vt->tally(g->st, fn, ctx);
+  return rc ? store_fail(g, rc) : IDEM_OK;
 }
 
 int idem_guard_gc(idem_guard *g, size_t *removed) {

@@ -54,10 +54,12 @@ int idem__abi_in(void *dst, size_t dsize, const void *src, size_t min);
 ** dst is NULL or its size is below min. */
 int idem__abi_out(void *dst, const void *src, size_t ssize, size_t min);
 /* The smallest size of each: its first layout (0.3.0's), which is this
-** version's but for idem_call. */
+** version's but for idem_call and idem_filter. */
 #define IDEM__ABI_MIN(type) sizeof(type)
 /* idem_call grew own_check in 0.4.0: its first layout ends before it. */
 #define IDEM__CALL_MIN offsetof(idem_call, own_check)
+/* idem_filter grew call_id and what follows in 0.5.0. */
+#define IDEM__FILTER_MIN offsetof(idem_filter, call_id)
 
 /* ---- clock.c: the clocks and the one sleep -------------------------------- */
 
@@ -290,19 +292,70 @@ typedef struct idem__change {
   ** (SPEC §5), and a later expiry stays; 0: keep.  A record kept forever
   ** (expires 0) stays so. */
   long long expires;
+  /* Non-NULL: the status check the model is told to run (check_with). */
+  const char *check_with;
+  /* A status check's answer (an IDEM_OUTCOME_*): last_check is its name
+  ** (idem__check_name), checked_at the store's clock, checks grows by
+  ** one; 0: keep.  Refused on a terminal record, like a verdict. */
+  int check;
 } idem__change;
 
 enum { IDEM__LEASE_TAKE = 1, IDEM__LEASE_HAND = 2 };
 enum { IDEM__EXEC_SET = 1, IDEM__EXEC_CLEAR = 2, IDEM__EXEC_ENDED = 3 };
 
-/* What to list. */
+/* What to list, in the order created, session, call_id. */
 typedef struct idem__filter {
   const char *session; /* NULL: all sessions                         */
   unsigned states;     /* bit mask of 1 << IDEM_STATE_*; 0: all      */
   size_t limit;        /* 0: no limit                                */
   const char *fence_key; /* non-NULL: only that fence key's (the fence's */
                          /* index: a few records, not a session's)       */
+  const char *call_id, *key, *tool; /* exact matches; NULL: any        */
+  /* after_created > 0: only the records after (after_created,
+  ** after_session, after_call_id) in the listing's order (NULL: "") */
+  long long after_created;
+  const char *after_session, *after_call_id;
 } idem__filter;
+
+/* What of a filter shapes a listing's SQL (the stores cache a statement
+** per shape): which of the optional conditions it has, and the states. */
+enum {
+  IDEM__BY_SESSION = 1,
+  IDEM__BY_FENCE = 2,
+  IDEM__BY_CALL = 4,
+  IDEM__BY_KEY = 8,
+  IDEM__BY_TOOL = 16,
+  IDEM__BY_AFTER = 32
+};
+/* f's IDEM__BY_* bits, and its states (bits 1 .. 6) shifted past them. */
+unsigned idem__filter_shape(const idem__filter *f);
+/* The SQL of a listing of that shape into buf (n bytes): SELECT cols FROM
+** table WHERE ... ORDER BY created, session, call_id LIMIT p.  Its
+** parameters are numbered in the order of idem__list_params, written
+** as mark, number, cast: '?' and "" ("?3"), '$' and "::text" ("$3::text")
+** for text, int_cast for an integer.  IDEM_RANGE when buf is too small. */
+int idem__list_sql(char *buf, size_t n, unsigned shape, const char *cols,
+                   const char *table, char mark, const char *text_cast,
+                   const char *int_cast);
+/* The values of a listing's parameters, in order: text, but for the one
+** at index after (after_created; -1: none) and the last (the limit,
+** `limit`, -1 for none), whose text is in num (NULL: no limit). */
+typedef struct idem__list_params {
+  const char *v[9];
+  int n, after;
+  long long after_created, limit;
+  char num[2][24];
+} idem__list_params;
+void idem__list_params_of(const idem__filter *f, idem__list_params *p);
+
+/* The SQL both stores run for idem_guard_tally, over table. */
+#define IDEM__TALLY_SQL(table)                                                 \
+  "SELECT tool, state, resolution, count(*), sum(attempts), sum(checks),"      \
+  " min(created) FROM " table " GROUP BY tool, state, resolution"             \
+  " ORDER BY tool, state, resolution"
+/* The name a status check's answer (IDEM_OUTCOME_*) is recorded by, or
+** NULL for 0 and any other value. */
+const char *idem__check_name(int outcome);
 
 typedef int (*idem__record_cb)(const idem_record *r, void *ctx);
 
@@ -358,6 +411,9 @@ typedef struct idem__store_vt {
   int (*gc)(idem__store *st, long long now, size_t *n);
   /* Count records per state: counts[IDEM_STATE_*]. */
   int (*stats)(idem__store *st, long long counts[8]);
+  /* The records grouped by tool, state and resolution, one cb per group
+  ** in that order (t->size set; strings borrowed); cb nonzero stops. */
+  int (*tally)(idem__store *st, idem_tally_fn fn, void *ctx);
   const char *(*errmsg)(idem__store *st);
   void (*close)(idem__store *st);
 } idem__store_vt;
@@ -511,6 +567,27 @@ typedef struct idem__env {
 
 /* Write the envelope into b (reset first; NUL-terminated, not counted). */
 int idem__envelope(idem__buf *b, const idem__env *e);
+/* Append the check_with object {"tool":T,"arguments":A} to b, as the
+** envelope and the record (idem_record.check_with) carry it: A the
+** canonical arguments (NULL: {}). */
+int idem__check_with(idem__buf *b, const char *tool, const char *args);
+
+/* ---- metrics.c: this process's counters (idem_metrics_read) ------------- */
+
+enum {
+  IDEM__M_ATTEMPTS, /* a downstream attempt of a guarded action starts */
+  IDEM__M_COALESCED, /* a call answered as a repeat of one of its turn */
+  IDEM__M_LATE,     /* a late result recorded                        */
+  IDEM__M_RESOLVED, /* an operator's verdict recorded                */
+  IDEM__M_N
+};
+void idem__metric_add(int which);
+/* A status check answered outcome (enum idem_outcome). */
+void idem__metric_check(int outcome);
+/* A step reached its answer (enum idem_answer) us microseconds after it
+** began; replayed, and fenced (it names another call as the one whose
+** outcome it is: duplicate_of). */
+void idem__metric_answer(int answer, int replayed, int fenced, long long us);
 
 /* ---- dtoa.c: shortest round-trip doubles in ECMAScript form -------------- */
 

@@ -132,6 +132,8 @@ int idem__owner_alive(const char *owner) {
   return 1;
 }
 
+int idem_owner_alive(const char *owner) { return idem__owner_alive(owner); }
+
 int idem_process_group_empty(long long pgid) {
   DIR *d;
   struct dirent *e;

@@ -50,6 +50,8 @@ void idem_record_free(idem_record *r) {
   idem__free(r->executor);
   idem__free(r->turn);
   idem__free(r->resolved_by);
+  idem__free(r->check_with);
+  idem__free(r->last_check);
   idem__free(r);
 }
 
@@ -70,7 +72,9 @@ idem_record *idem__record_dup(const idem_record *r) {
       dup_str(&d->result, r->result) & dup_str(&d->error, r->error) &
       dup_str(&d->duplicate_of, r->duplicate_of) &
       dup_str(&d->executor, r->executor) & dup_str(&d->turn, r->turn) &
-      dup_str(&d->resolved_by, r->resolved_by))
+      dup_str(&d->resolved_by, r->resolved_by) &
+      dup_str(&d->check_with, r->check_with) &
+      dup_str(&d->last_check, r->last_check))
     return d;
   idem_record_free(d);
   return NULL;

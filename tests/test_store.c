@@ -1141,6 +1141,366 @@ static void conf_expiry(const char *url) {
   st->vt->close(st);
 }
 
+/* ---- conformance: status checks, paging, the tally ---------------------- */
+
+/* A status check's answer and what the model was told to check with are
+** recorded by a change: last_check, checked_at (the store's clock), checks
+** + 1, check_with; a terminal record takes neither. */
+static void conf_checks(const char *url) {
+  static const char with[] =
+      "{\"tool\":\"get_refund_status\",\"arguments\":{\"order_id\":\"o_1\"}}";
+  idem__store *st = open_ok(url);
+  idem__change ch, many[2];
+  idem_record *got = NULL;
+  int rcs[2] = {-1, -1};
+  trec a;
+  long long now;
+  if (!st) return;
+  now = store_now(st);
+  rec_init(&a, "ck", "c1", NULL, now);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  force_state(st, "ck", "c1", IDEM_STATE_IN_DOUBT, -1);
+  CHECK_INT(st->vt->get(st, "ck", "c1", &got), IDEM_OK);
+  if (got) { /* none yet */
+    CHECK(got->check_with == NULL && got->last_check == NULL);
+    CHECK_INT(got->checked_at, 0);
+    CHECK_INT(got->checks, 0);
+  }
+  idem_record_free(got);
+  got = NULL;
+  ch = change_init("ck", "c1", BIT(IDEM_STATE_IN_DOUBT));
+  ch.check = IDEM_OUTCOME_UNKNOWN;
+  ch.check_with = with;
+  CHECK_INT(st->vt->change(st, &ch, &got), IDEM_OK);
+  if (got) {
+    CHECK_INT(got->state, IDEM_STATE_IN_DOUBT);
+    CHECK_STR(got->last_check, "unknown");
+    CHECK_STR(got->check_with, with);
+    CHECK_INT(got->checks, 1);
+    CHECK(got->checked_at >= now - 60000 && got->checked_at <= now + 60000);
+  }
+  idem_record_free(got);
+  got = NULL;
+  /* the check that settles it: check_with stays */
+  ch = change_init("ck", "c1", BIT(IDEM_STATE_IN_DOUBT));
+  ch.check = IDEM_OUTCOME_APPLIED;
+  ch.state = IDEM_STATE_SUCCEEDED;
+  ch.resolution = IDEM_RESOLVED_RECONCILED;
+  CHECK_INT(st->vt->change(st, &ch, &got), IDEM_OK);
+  if (got) {
+    CHECK_INT(got->state, IDEM_STATE_SUCCEEDED);
+    CHECK_STR(got->last_check, "applied");
+    CHECK_STR(got->check_with, with);
+    CHECK_INT(got->checks, 2);
+  }
+  idem_record_free(got);
+  got = NULL;
+  /* settled: no check is recorded on it any more */
+  ch = change_init("ck", "c1", ALL_STATES);
+  ch.check = IDEM_OUTCOME_NOT_APPLIED;
+  CHECK_INT(st->vt->change(st, &ch, &got), IDEM_STALE);
+  if (got) {
+    CHECK_STR(got->last_check, "applied");
+    CHECK_INT(got->checks, 2);
+  }
+  idem_record_free(got);
+  got = NULL;
+  ch = change_init("ck", "c1", ALL_STATES);
+  ch.check_with = "{}";
+  CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_STALE);
+  /* change_many records them as change does */
+  rec_init(&a, "ck", "c2", NULL, now);
+  BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+  force_state(st, "ck", "c2", IDEM_STATE_IN_DOUBT, -1);
+  many[0] = change_init("ck", "c2", BIT(IDEM_STATE_IN_DOUBT));
+  many[0].check = IDEM_OUTCOME_REJECTED;
+  many[1] = change_init("ck", "c1", BIT(IDEM_STATE_IN_DOUBT));
+  many[1].check = IDEM_OUTCOME_UNKNOWN; /* settled: STALE */
+  CHECK_INT(st->vt->change_many(st, many, 2, rcs), IDEM_OK);
+  CHECK_INT(rcs[0], IDEM_OK);
+  CHECK_INT(rcs[1], IDEM_STALE);
+  CHECK_INT(st->vt->get(st, "ck", "c2", &got), IDEM_OK);
+  if (got) {
+    CHECK_STR(got->last_check, "rejected");
+    CHECK_INT(got->checks, 1);
+    CHECK(got->check_with == NULL);
+    CHECK_INT(got->state, IDEM_STATE_IN_DOUBT);
+  }
+  idem_record_free(got);
+  st->vt->close(st);
+}
+
+/* A listing's records, in the order given. */
+typedef struct paged {
+  char session[16][16], call[16][16];
+  long long created[16];
+  int n;
+} paged;
+
+static int paged_cb(const idem_record *r, void *ctx) {
+  paged *p = ctx;
+  if (p->n < 16) {
+    snprintf(p->session[p->n], sizeof p->session[0], "%s", r->session);
+    snprintf(p->call[p->n], sizeof p->call[0], "%s", r->call_id);
+    p->created[p->n] = r->created;
+  }
+  p->n++;
+  return 0;
+}
+
+/* Exact matches by call id, key and tool, with session and state; and
+** pages that go on after the last record of the one before: 7 records in
+** pages of 3 give each exactly once, in the listing's order - ties on
+** created broken by session, then call id. */
+static void conf_paging(const char *url) {
+  /* (session, call, created + ...): two ties on created */
+  static const struct {
+    const char *session, *call;
+    int at, state;
+  } rows[7] = {{"pgB", "pc1", 0, IDEM_STATE_PENDING},
+               {"pgA", "pc2", 0, IDEM_STATE_SUCCEEDED},
+               {"pgA", "pc1", 0, IDEM_STATE_IN_DOUBT},
+               {"pgB", "pc3", 1, IDEM_STATE_IN_DOUBT},
+               {"pgA", "pc9", 2, IDEM_STATE_FAILED},
+               {"pgA", "pc3", 2, IDEM_STATE_IN_DOUBT},
+               {"pgC", "pc1", 3, IDEM_STATE_PENDING}};
+  /* the order they list in */
+  static const int order[7] = {2, 1, 0, 3, 5, 4, 6};
+  idem__store *st = open_ok(url);
+  idem__filter f;
+  paged all, p;
+  trec a;
+  long long now;
+  int i, pages = 0;
+  if (!st) return;
+  now = store_now(st);
+  for (i = 0; i < 7; i++) {
+    rec_init(&a, rows[i].session, rows[i].call, NULL, now + rows[i].at);
+    a.r.tool = (char *)"page_tool";
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+    if (rows[i].state != IDEM_STATE_PENDING)
+      force_state(st, rows[i].session, rows[i].call, rows[i].state, -1);
+  }
+  memset(&f, 0, sizeof f);
+  f.tool = "page_tool";
+  memset(&all, 0, sizeof all);
+  CHECK_INT(st->vt->list(st, &f, paged_cb, &all), IDEM_OK);
+  CHECK_INT(all.n, 7);
+  for (i = 0; i < 7 && i < all.n; i++) {
+    CHECK_STR(all.session[i], rows[order[i]].session);
+    CHECK_STR(all.call[i], rows[order[i]].call);
+  }
+  /* pages of 3, each after the last of the one before */
+  f.limit = 3;
+  memset(&p, 0, sizeof p);
+  for (;;) {
+    int before = p.n;
+    CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+    pages++;
+    CHECK(p.n - before <= 3);
+    if (p.n == before || pages > 5) break;
+    f.after_created = p.created[p.n - 1];
+    f.after_session = p.session[p.n - 1];
+    f.after_call_id = p.call[p.n - 1];
+  }
+  CHECK_INT(pages, 4); /* 3, 3, 1, then none */
+  CHECK_INT(p.n, 7);
+  for (i = 0; i < 7 && i < p.n; i++) {
+    CHECK_STR(p.session[i], all.session[i]);
+    CHECK_STR(p.call[i], all.call[i]);
+  }
+  /* paging by state too: the ones in doubt, one page of 2 after another */
+  memset(&f, 0, sizeof f);
+  f.tool = "page_tool";
+  f.states = BIT(IDEM_STATE_IN_DOUBT);
+  f.limit = 2;
+  memset(&p, 0, sizeof p);
+  CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+  CHECK_INT(p.n, 2);
+  if (p.n == 2) {
+    f.after_created = p.created[1];
+    f.after_session = p.session[1];
+    f.after_call_id = p.call[1];
+    CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+    CHECK_INT(p.n, 3);
+    CHECK_STR(p.call[0], "pc1"); /* pgA pc1, pgB pc3, pgA pc3 */
+    CHECK_STR(p.session[1], "pgB");
+    CHECK_STR(p.session[2], "pgA");
+    CHECK_STR(p.call[2], "pc3");
+  }
+  /* exact matches, alone and together */
+  memset(&f, 0, sizeof f);
+  f.call_id = "pc1";
+  memset(&p, 0, sizeof p);
+  CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+  CHECK_INT(p.n, 3); /* pgA, pgB, pgC */
+  f.session = "pgB";
+  memset(&p, 0, sizeof p);
+  CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+  CHECK_INT(p.n, 1);
+  CHECK_STR(p.session[0], "pgB");
+  memset(&f, 0, sizeof f);
+  f.key = "pgA:pc3:0123456789abcdef";
+  memset(&p, 0, sizeof p);
+  CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+  CHECK_INT(p.n, 1);
+  CHECK_STR(p.call[0], "pc3");
+  CHECK_STR(p.session[0], "pgA");
+  f.tool = "page_tool";
+  f.states = BIT(IDEM_STATE_IN_DOUBT);
+  memset(&p, 0, sizeof p);
+  CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+  CHECK_INT(p.n, 1);
+  f.states = BIT(IDEM_STATE_PENDING); /* it is in doubt */
+  memset(&p, 0, sizeof p);
+  CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+  CHECK_INT(p.n, 0);
+  memset(&f, 0, sizeof f);
+  f.tool = "page_tool";
+  f.session = "pgA";
+  f.call_id = "pc1";
+  f.key = "pgA:pc2:0123456789abcdef"; /* another's key */
+  memset(&p, 0, sizeof p);
+  CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+  CHECK_INT(p.n, 0);
+  /* more shapes than a connection keeps statements for: all still work */
+  for (i = 0; i < 70; i++) {
+    int j, want = 0;
+    memset(&f, 0, sizeof f);
+    f.tool = "page_tool";
+    f.states = (unsigned)(i % 63 + 1) << 1;
+    if (i >= 63) f.session = "pgA";
+    for (j = 0; j < 7; j++)
+      want += (f.states >> rows[j].state & 1) &&
+              (!f.session || strcmp(rows[j].session, f.session) == 0);
+    memset(&p, 0, sizeof p);
+    CHECK_INT(st->vt->list(st, &f, paged_cb, &p), IDEM_OK);
+    CHECK_INT(p.n, want);
+  }
+  st->vt->close(st);
+}
+
+/* What the tally should say, counted from a listing of everything. */
+typedef struct tally_row {
+  char tool[32];
+  int state, resolution;
+  long long records, attempts, checks, oldest;
+} tally_row;
+
+typedef struct tallied {
+  tally_row rows[64];
+  int n, overflow, unordered;
+} tallied;
+
+static tally_row *tally_find(tallied *t, const char *tool, int state,
+                             int resolution) {
+  int i;
+  for (i = 0; i < t->n; i++)
+    if (strcmp(t->rows[i].tool, tool) == 0 && t->rows[i].state == state &&
+        t->rows[i].resolution == resolution)
+      return &t->rows[i];
+  if (t->n == 64) {
+    t->overflow = 1;
+    return NULL;
+  }
+  memset(&t->rows[t->n], 0, sizeof t->rows[0]);
+  snprintf(t->rows[t->n].tool, sizeof t->rows[0].tool, "%s", tool);
+  t->rows[t->n].state = state;
+  t->rows[t->n].resolution = resolution;
+  return &t->rows[t->n++];
+}
+
+static int tally_listed(const idem_record *r, void *ctx) {
+  tally_row *row = tally_find(ctx, r->tool, r->state, r->resolution);
+  if (row) {
+    if (!row->records || r->created < row->oldest) row->oldest = r->created;
+    row->records++;
+    row->attempts += r->attempts;
+    row->checks += r->checks;
+  }
+  return 0;
+}
+
+static int tally_given(void *ctx, const idem_tally *t) {
+  tallied *x = ctx;
+  tally_row *prev = x->n ? &x->rows[x->n - 1] : NULL, *row;
+  if (t->size != sizeof *t) x->unordered = 1;
+  if (prev) {
+    int c = strcmp(prev->tool, t->tool);
+    if (c > 0 || (c == 0 && (prev->state > t->state ||
+                             (prev->state == t->state &&
+                              prev->resolution >= t->resolution))))
+      x->unordered = 1;
+  }
+  row = tally_find(x, t->tool, t->state, t->resolution);
+  if (row) {
+    row->records = t->records;
+    row->attempts = t->attempts;
+    row->checks = t->checks;
+    row->oldest = t->oldest;
+  }
+  return 0;
+}
+
+/* One row per tool, state and resolution, in that order, with the counts
+** a listing of every record gives. */
+static void conf_tally(const char *url) {
+  idem__store *st = open_ok(url);
+  tallied want, got;
+  idem__change ch;
+  trec a;
+  long long now;
+  int i, j;
+  if (!st) return;
+  now = store_now(st);
+  for (i = 0; i < 6; i++) {
+    char call[8];
+    snprintf(call, sizeof call, "t%d", i);
+    rec_init(&a, "tally", call, NULL, now - i);
+    a.r.tool = (char *)(i % 2 ? "tally_b" : "tally_a");
+    BEGIN_EXPECT(st, &a, 0, IDEM__BEGIN_INSERTED);
+    ch = change_init("tally", call, ALL_STATES);
+    ch.attempts_add = i;
+    ch.state = i < 2 ? IDEM_STATE_IN_DOUBT : IDEM_STATE_SUCCEEDED;
+    ch.resolution = i == 5 ? IDEM_RESOLVED_RECONCILED : 0;
+    ch.check = i < 2 || i == 5 ? IDEM_OUTCOME_UNKNOWN : 0;
+    CHECK_INT(st->vt->change(st, &ch, NULL), IDEM_OK);
+  }
+  memset(&want, 0, sizeof want);
+  memset(&got, 0, sizeof got);
+  CHECK_INT(st->vt->list(st, NULL, tally_listed, &want), IDEM_OK);
+  CHECK_INT(st->vt->tally(st, tally_given, &got), IDEM_OK);
+  CHECK_INT(got.unordered, 0);
+  CHECK_INT(want.overflow + got.overflow, 0);
+  CHECK_INT(got.n, want.n);
+  CHECK(want.n >= 4); /* tally_a and _b, in doubt and succeeded, ... */
+  for (i = 0; i < want.n; i++) {
+    tally_row *w = &want.rows[i];
+    for (j = 0; j < got.n; j++)
+      if (strcmp(got.rows[j].tool, w->tool) == 0 &&
+          got.rows[j].state == w->state &&
+          got.rows[j].resolution == w->resolution)
+        break;
+    CHECK(j < got.n);
+    if (j == got.n) continue;
+    CHECK_INT(got.rows[j].records, w->records);
+    CHECK_INT(got.rows[j].attempts, w->attempts);
+    CHECK_INT(got.rows[j].checks, w->checks);
+    CHECK_INT(got.rows[j].oldest, w->oldest);
+  }
+  /* tally_b succeeded by reconciling: t5 alone, its 5 attempts, 1 check */
+  {
+    tally_row *r =
+        tally_find(&got, "tally_b", IDEM_STATE_SUCCEEDED,
+                   IDEM_RESOLVED_RECONCILED);
+    CHECK_INT(r->records, 1);
+    CHECK_INT(r->attempts, 5);
+    CHECK_INT(r->checks, 1);
+    CHECK_INT(r->oldest, now - 5);
+  }
+  st->vt->close(st);
+}
+
 static void conformance(const char *url) {
   conf_begin(url);
   conf_fence(url);
@@ -1151,6 +1511,9 @@ static void conformance(const char *url) {
   conf_list(url);
   conf_gc_stats(url);
   conf_expiry(url);
+  conf_checks(url);
+  conf_paging(url);
+  conf_tally(url);
 }
 
 /* ---- records, names ------------------------------------------------------ */
@@ -1648,7 +2011,7 @@ static void test_kill9(void) {
     /* at most the one begin in flight at the kill is there unreported */
     {
       collect c;
-      idem__filter f = {"kill9", 0, 0, NULL};
+      idem__filter f = {.session = "kill9"};
       memset(&c, 0, sizeof c);
       CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
       CHECK(c.n >= (int)total_reported && c.n <= (int)total_reported + r + 1);
@@ -1854,35 +2217,39 @@ static void check_migrated(idem__store *st) {
   idem_record_free(got);
 }
 
-/* A log of schema version 1 migrates to 2 when opened: the pending and
-** in-doubt records get their owner as the executor of the attempt that may
-** still run, settle_from = their last update; the others none. */
-static void test_migrate_v1(void) {
-  char p[600], sql[4096];
+/* Make the log p of sql, open it: check() what it holds, and that its
+** schema is the latest. */
+static void migrate_sqlite(const char *p, const char *sql,
+                           void (*check)(idem__store *st)) {
   idem__store *st;
   sqlite3 *db = NULL;
   sqlite3_stmt *q = NULL;
-  path_in(p, sizeof p, "v1.db");
-  {
-    char rows[2048];
-    snprintf(rows, sizeof rows, V1_ROWS, "attempts", FINGERPRINT,
-             FINGERPRINT, FINGERPRINT);
-    snprintf(sql, sizeof sql,
-             "PRAGMA application_id = %d; PRAGMA user_version = 1; %s %s",
-             0x6964656d, V1_SCHEMA, rows);
-  }
   sql_exec(p, sql);
   if ((st = open_ok(p)) != NULL) {
-    check_migrated(st);
+    check(st);
     st->vt->close(st);
   }
   CHECK_INT(sqlite3_open(p, &db), SQLITE_OK);
   CHECK_INT(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL),
             SQLITE_OK);
   CHECK_INT(sqlite3_step(q), SQLITE_ROW);
-  CHECK_INT(sqlite3_column_int(q, 0), 4);
+  CHECK_INT(sqlite3_column_int(q, 0), 5);
   sqlite3_finalize(q);
   sqlite3_close(db);
+}
+
+/* A log of schema version 1 migrates to 2 when opened: the pending and
+** in-doubt records get their owner as the executor of the attempt that may
+** still run, settle_from = their last update; the others none. */
+static void test_migrate_v1(void) {
+  char p[600], sql[4096], rows[2048];
+  idem__store *st;
+  snprintf(rows, sizeof rows, V1_ROWS, "attempts", FINGERPRINT, FINGERPRINT,
+           FINGERPRINT);
+  snprintf(sql, sizeof sql,
+           "PRAGMA application_id = %d; PRAGMA user_version = 1; %s %s",
+           0x6964656d, V1_SCHEMA, rows);
+  migrate_sqlite(path_in(p, sizeof p, "v1.db"), sql, check_migrated);
   /* opened again: nothing to migrate, the records as they were */
   if ((st = open_ok(p)) != NULL) {
     idem_record *got = NULL;
@@ -1891,6 +2258,77 @@ static void test_migrate_v1(void) {
     idem_record_free(got);
     st->vt->close(st);
   }
+}
+
+/* The columns versions 2 to 4 added, in both stores' words. */
+#define V4_ALTERS(t, text, integer)                                            \
+  "ALTER TABLE " t " ADD COLUMN executor " text ";"                            \
+  "ALTER TABLE " t " ADD COLUMN pgid " integer " NOT NULL DEFAULT 0;"          \
+  "ALTER TABLE " t " ADD COLUMN settle_from " integer " NOT NULL DEFAULT 0;"   \
+  "ALTER TABLE " t " ADD COLUMN turn " text ";"                                \
+  "ALTER TABLE " t " ADD COLUMN resolved_by " text ";"                         \
+  "ALTER TABLE " t " ADD COLUMN resolved_at " integer " NOT NULL DEFAULT 0;"
+/* What version 4 wrote of the rows of V1_ROWS. */
+#define V4_VALUES(t)                                                           \
+  "UPDATE " t " SET executor = 'host:33:44', settle_from = 2345,"              \
+  " turn = 'turn-7' WHERE call_id = 'doubt';"                                  \
+  "UPDATE " t " SET resolved_by = 'op@x', resolution = 5, resolved_at = 777"  \
+  " WHERE call_id = 'done';"
+
+/* A log of version 4 opened by this one: its values kept, the columns of
+** version 5 there (none known yet), and taking values. */
+static void check_migrated_v4(idem__store *st) {
+  idem_record *got = NULL;
+  idem__change ch;
+  CHECK_INT(st->vt->get(st, "mig", "doubt", &got), IDEM_OK);
+  if (got) {
+    CHECK_INT(got->state, IDEM_STATE_IN_DOUBT);
+    CHECK_STR(got->executor, "host:33:44");
+    CHECK_INT(got->settle_from, 2345);
+    CHECK_STR(got->turn, "turn-7");
+    CHECK_INT(got->token, 3);
+    CHECK(got->check_with == NULL && got->last_check == NULL);
+    CHECK_INT(got->checked_at, 0);
+    CHECK_INT(got->checks, 0);
+  }
+  idem_record_free(got);
+  got = NULL;
+  CHECK_INT(st->vt->get(st, "mig", "done", &got), IDEM_OK);
+  if (got) {
+    CHECK_INT(got->state, IDEM_STATE_SUCCEEDED);
+    CHECK_STR(got->resolved_by, "op@x");
+    CHECK_INT(got->resolved_at, 777);
+    CHECK_INT(got->resolution, IDEM_RESOLVED_OPERATOR);
+    CHECK_STR(got->result, "{\"ok\":true}");
+    CHECK(got->last_check == NULL);
+    CHECK_INT(got->checks, 0);
+  }
+  idem_record_free(got);
+  got = NULL;
+  ch = change_init("mig", "doubt", BIT(IDEM_STATE_IN_DOUBT));
+  ch.expect_token = 3;
+  ch.check = IDEM_OUTCOME_NOT_APPLIED;
+  ch.check_with = "{\"tool\":\"s\",\"arguments\":{}}";
+  CHECK_INT(st->vt->change(st, &ch, &got), IDEM_OK);
+  if (got) {
+    CHECK_STR(got->last_check, "not_applied");
+    CHECK_STR(got->check_with, "{\"tool\":\"s\",\"arguments\":{}}");
+    CHECK_INT(got->checks, 1);
+    CHECK(got->checked_at > 0);
+    CHECK_STR(got->turn, "turn-7");
+  }
+  idem_record_free(got);
+}
+
+static void test_migrate_v4(void) {
+  char p[600], sql[8192], rows[2048];
+  snprintf(rows, sizeof rows, V1_ROWS, "attempts", FINGERPRINT, FINGERPRINT,
+           FINGERPRINT);
+  snprintf(sql, sizeof sql,
+           "PRAGMA application_id = %d; PRAGMA user_version = 4; %s %s %s %s",
+           0x6964656d, V1_SCHEMA, V4_ALTERS("attempts", "TEXT", "INTEGER"),
+           rows, V4_VALUES("attempts"));
+  migrate_sqlite(path_in(p, sizeof p, "v4.db"), sql, check_migrated_v4);
 }
 
 static void test_locked(void) {
@@ -2451,18 +2889,24 @@ static const char *pg_value(char *buf, size_t n, const char *sql) {
   return buf;
 }
 
-/* A log of schema version 1 (before SPEC §6a) migrates to 2 when opened,
-** as on SQLite. */
-static void test_pg_migrate_v1(void) {
-  char url[900], sql[4096], rows[2048], v[64];
-  idem__store *st;
-  snprintf(rows, sizeof rows, V1_ROWS, "v1mig.idem_attempts", FINGERPRINT,
-           FINGERPRINT, FINGERPRINT);
+/* A log of an older version (1, or 4 with v4 != 0) in schema sch, its
+** rows those of V1_ROWS (and V4_VALUES): 0 when it could not be made. */
+static int pg_old_log(const char *sch, int v4) {
+  char sql[8192], rows[2048], t[64], alters[1024], values[512];
+  snprintf(t, sizeof t, "%s.idem_attempts", sch);
+  snprintf(rows, sizeof rows, V1_ROWS, t, FINGERPRINT, FINGERPRINT,
+           FINGERPRINT);
+  alters[0] = values[0] = '\0';
+  if (v4) {
+    snprintf(alters, sizeof alters, V4_ALTERS("%s", "text", "bigint"), t, t,
+             t, t, t, t);
+    snprintf(values, sizeof values, V4_VALUES("%s"), t, t);
+  }
   snprintf(sql, sizeof sql,
-           "CREATE SCHEMA v1mig;"
-           "CREATE TABLE v1mig.idem_meta("
+           "CREATE SCHEMA %s;"
+           "CREATE TABLE %s.idem_meta("
            " key text PRIMARY KEY, value text NOT NULL);"
-           "CREATE TABLE v1mig.idem_attempts("
+           "CREATE TABLE %s("
            " session text NOT NULL, call_id text NOT NULL, tool text NOT NULL,"
            " fingerprint text NOT NULL, key text NOT NULL, args text NOT NULL,"
            " fence_key text, cls integer NOT NULL,"
@@ -2476,13 +2920,22 @@ static void test_pg_migrate_v1(void) {
            " delivered bigint NOT NULL DEFAULT 0, duplicate_of text,"
            " nonce bigint NOT NULL DEFAULT 0,"
            " PRIMARY KEY (session, call_id));"
-           "CREATE INDEX idem_attempts_fence ON v1mig.idem_attempts(fence_key,"
+           "CREATE INDEX idem_attempts_fence ON %s(fence_key,"
            " created) WHERE fence_key IS NOT NULL;"
-           "CREATE INDEX idem_attempts_live ON v1mig.idem_attempts(state,"
+           "CREATE INDEX idem_attempts_live ON %s(state,"
            " created) WHERE state IN (1, 5);"
-           "INSERT INTO v1mig.idem_meta VALUES ('schema_version', '1');%s",
-           rows);
-  if (!pg_sql(sql)) {
+           "%s"
+           "INSERT INTO %s.idem_meta VALUES ('schema_version', '%d');%s%s",
+           sch, sch, t, t, t, alters, sch, v4 ? 4 : 1, rows, values);
+  return pg_sql(sql);
+}
+
+/* A log of schema version 1 (before SPEC §6a) migrates to the latest when
+** opened, as on SQLite; one of version 4 too, its values kept. */
+static void test_pg_migrate(void) {
+  char url[900], v[64];
+  idem__store *st;
+  if (!pg_old_log("v1mig", 0) || !pg_old_log("v4mig", 1)) {
     check_failed++;
     return;
   }
@@ -2493,7 +2946,15 @@ static void test_pg_migrate_v1(void) {
   CHECK_STR(pg_value(v, sizeof v,
                      "SELECT value FROM v1mig.idem_meta"
                      " WHERE key = 'schema_version'"),
-            "4");
+            "5");
+  if ((st = open_ok(in_schema(url, sizeof url, "v4mig"))) != NULL) {
+    check_migrated_v4(st);
+    st->vt->close(st);
+  }
+  CHECK_STR(pg_value(v, sizeof v,
+                     "SELECT value FROM v4mig.idem_meta"
+                     " WHERE key = 'schema_version'"),
+            "5");
 }
 
 typedef struct opener {
@@ -2609,7 +3070,7 @@ static void test_pg_schema(void) {
     CHECK_STR(pg_value(v, sizeof v,
                        "SELECT value FROM fresh.idem_meta"
                        " WHERE key = 'schema_version'"),
-              "4");
+              "5");
   }
 }
 
@@ -2704,7 +3165,7 @@ static void test_pg_lost(void) {
   CHECK_INT(count_session(st, "lost"), W * N);
   /* every record holds exactly one attempt: no change ran twice */
   {
-    idem__filter f = {"lost", 0, 0, NULL};
+    idem__filter f = {.session = "lost"};
     collect c;
     memset(&c, 0, sizeof c);
     CHECK_INT(st->vt->list(st, &f, collect_cb, &c), IDEM_OK);
@@ -2820,6 +3281,7 @@ int main(int argc, char **argv) {
     test_keyword_urls();
     test_bad_files();
     test_migrate_v1();
+    test_migrate_v4();
     test_mode();
     test_locked();
     test_unwritable();
@@ -2837,7 +3299,7 @@ int main(int argc, char **argv) {
     ** mid-call, a limit on them */
     test_pg_schema();
     test_pg_keywords();
-    test_pg_migrate_v1();
+    test_pg_migrate();
     test_pg_lost();
     test_pg_few_connections();
   }

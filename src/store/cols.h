@@ -3,7 +3,7 @@
 ** number them (store/sqlite.c, store/pg.c): COLS lists them in the order
 ** of the C_* indexes, which is the order of idem_record's fields.
 ** COLS_WRITTEN are the ones an insert writes; the ones after them only a
-** change sets (an operator's verdict).
+** change sets (an operator's verdict, a status check).
 */
 #ifndef IDEM_STORE_COLS_H
 #define IDEM_STORE_COLS_H
@@ -13,7 +13,9 @@
   "attempts, owner, lease_until, token, result, error, created, updated, "     \
   "expires, resolution, delivered, duplicate_of, executor, pgid, settle_from, " \
   "turn"
-#define COLS COLS_WRITTEN ", resolved_by, resolved_at"
+#define COLS                                                                   \
+  COLS_WRITTEN ", resolved_by, resolved_at, check_with, last_check, "          \
+               "checked_at, checks"
 
 enum {
   C_SESSION,
@@ -43,6 +45,10 @@ enum {
   C_TURN,
   C_RESOLVED_BY,
   C_RESOLVED_AT,
+  C_CHECK_WITH,
+  C_LAST_CHECK,
+  C_CHECKED_AT,
+  C_CHECKS,
   N_COLS
 };
 

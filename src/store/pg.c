@@ -27,7 +27,9 @@
 **   idem_attempts(session, call_id, tool, fingerprint, key, args,
 **                 fence_key, cls, state, attempts, owner, lease_until,
 **                 token, result, error, created, updated, expires,
-**                 resolution, delivered, duplicate_of, nonce)
+**                 resolution, delivered, duplicate_of, executor, pgid,
+**                 settle_from, turn, resolved_by, resolved_at,
+**                 check_with, last_check, checked_at, checks, nonce)
 **                                       PRIMARY KEY (session, call_id)
 **   idem_attempts_fence (fence_key, created) WHERE fence_key IS NOT NULL
 **   idem_attempts_live  (state, created) WHERE state IN (1, 5)
@@ -266,6 +268,11 @@ static const char *const migrations[] = {
     /* 4: an operator's verdict, who and when (SPEC §9) */
     ("ALTER TABLE idem_attempts ADD COLUMN resolved_by text,"
      " ADD COLUMN resolved_at bigint NOT NULL DEFAULT 0;"),
+    /* 5: the status checks of an action in doubt, for its operator */
+    ("ALTER TABLE idem_attempts ADD COLUMN check_with text,"
+     " ADD COLUMN last_check text,"
+     " ADD COLUMN checked_at bigint NOT NULL DEFAULT 0,"
+     " ADD COLUMN checks bigint NOT NULL DEFAULT 0;"),
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
@@ -322,6 +329,7 @@ enum {
   S_STATS,
   S_NOW,
   S_FENCE,
+  S_TALLY,
   N_STMTS
 };
 
@@ -370,8 +378,9 @@ static const char *const stmt_sql[N_STMTS] = {
     ** settle_from to lower to, or 0, $20 duplicate_of or NULL, $21 the
     ** owner the row must still have or NULL, $22 who gave an operator's
     ** verdict or NULL (resolved_at: now), $23 the expiry of a settling
-    ** change or 0 (never lowered).  The terminal clause is the SQLite
-    ** store's. */
+    ** change or 0 (never lowered), $24 check_with or NULL, $25 the answer
+    ** of a status check or NULL (checked_at: now, checks + 1).  The
+    ** terminal clause is the SQLite store's. */
     "UPDATE idem_attempts SET"
     " state = CASE WHEN $5::integer > 0 THEN $5::integer ELSE state END,"
     " attempts = attempts + $6::integer,"
@@ -402,6 +411,11 @@ static const char *const stmt_sql[N_STMTS] = {
     " resolved_by = coalesce($22::text, resolved_by),"
     " resolved_at = CASE WHEN $22::text IS NULL THEN resolved_at"
     "  ELSE " NOW_MS " END,"
+    " check_with = coalesce($24::text, check_with),"
+    " last_check = coalesce($25::text, last_check),"
+    " checked_at = CASE WHEN $25::text IS NULL THEN checked_at"
+    "  ELSE " NOW_MS " END,"
+    " checks = checks + CASE WHEN $25::text IS NULL THEN 0 ELSE 1 END,"
     " nonce = $14::bigint"
     " WHERE session = $1::text AND call_id = $2::text"
     " AND (($3::bigint >> state) & 1) = 1"
@@ -411,7 +425,7 @@ static const char *const stmt_sql[N_STMTS] = {
     "  AND $10::text IS NULL AND $11::text IS NULL"
     "  AND $5::integer IN (0, state) AND $12::integer IN (0, resolution)"
     "  AND $15::integer = 0 AND $19::bigint <= 0 AND $20::text IS NULL"
-    "  AND $22::text IS NULL))"
+    "  AND $22::text IS NULL AND $24::text IS NULL AND $25::text IS NULL))"
     " RETURNING nonce, " COLS,
     "DELETE FROM idem_attempts WHERE state IN (2, 3, 4, 6)"
     " AND expires > 0 AND expires < $1::bigint",
@@ -434,16 +448,15 @@ static const char *const stmt_sql[N_STMTS] = {
     "  OR ($7::bigint > 0 AND $6::text IS NULL"
     "   AND abs(created - $4::bigint) <= $7::bigint))))"
     " ORDER BY created DESC, session DESC, call_id DESC LIMIT 1",
+    IDEM__TALLY_SQL("idem_attempts"),
 };
 
 static const char *const stmt_name[N_STMTS] = {
     "idem_tx",     "idem_commit", "idem_rollback", "idem_async",
     "idem_lock",   "idem_begin",  "idem_insert",   "idem_get",
     "idem_change", "idem_gc",     "idem_stats",    "idem_now",
-    "idem_fence",
+    "idem_fence",  "idem_tally",
 };
-
-#define LIVE_MASK ((1u << IDEM_STATE_PENDING) | (1u << IDEM_STATE_IN_DOUBT))
 
 /* ---- per-thread messages --------------------------------------------------- */
 
@@ -452,10 +465,15 @@ static _Thread_local char tls_msg[MSG_MAX];
 
 /* ---- the store ------------------------------------------------------------- */
 
+/* The listing statements a connection keeps prepared, by shape
+** (idem__filter_shape): the few a process uses; a shape past them is
+** prepared unnamed for its call. */
+#define LIST_SLOTS 32
+
 typedef struct conn {
   PGconn *db;
-  unsigned long long listed[4]; /* list statements prepared: [by session */
-                                /* | 2 by fence key], bit (mask >> 1)     */
+  unsigned listed[LIST_SLOTS]; /* the shapes of listings prepared */
+  int nlisted;
   struct conn *next;
 } conn;
 
@@ -651,6 +669,8 @@ static idem_record *row_record(const PGresult *r, int row, int at) {
   rec->pgid = col_ll(r, row, at + C_PGID);
   rec->settle_from = col_ll(r, row, at + C_SETTLE_FROM);
   rec->resolved_at = col_ll(r, row, at + C_RESOLVED_AT);
+  rec->checked_at = col_ll(r, row, at + C_CHECKED_AT);
+  rec->checks = col_ll(r, row, at + C_CHECKS);
   if (col_str(r, row, at + C_SESSION, &rec->session) &
       col_str(r, row, at + C_CALL_ID, &rec->call_id) &
       col_str(r, row, at + C_TOOL, &rec->tool) &
@@ -664,7 +684,9 @@ static idem_record *row_record(const PGresult *r, int row, int at) {
       col_str(r, row, at + C_DUPLICATE_OF, &rec->duplicate_of) &
       col_str(r, row, at + C_EXECUTOR, &rec->executor) &
       col_str(r, row, at + C_TURN, &rec->turn) &
-      col_str(r, row, at + C_RESOLVED_BY, &rec->resolved_by))
+      col_str(r, row, at + C_RESOLVED_BY, &rec->resolved_by) &
+      col_str(r, row, at + C_CHECK_WITH, &rec->check_with) &
+      col_str(r, row, at + C_LAST_CHECK, &rec->last_check))
     return rec;
   idem_record_free(rec);
   return NULL;
@@ -1559,6 +1581,8 @@ static void change_params(params *p, const idem__change *ch,
   p_str(p, 21, ch->expect_owner);
   p_str(p, 22, ch->resolved_by);
   p_int(p, 23, ch->expires);
+  p_str(p, 24, ch->check_with);
+  p_str(p, 25, idem__check_name(ch->check));
 }
 
 /* The change did not apply: why, with the record as it is now - or it did,
@@ -1814,40 +1838,23 @@ typedef struct list_req {
 
 static int list_fn(pg_store *s, conn *c, void *arg, int *again) {
   list_req *q = arg;
-  char sql[700], name[40], limit[24];
-  const char *vals[3];
-  /* by: 1 the session, | 2 the fence key (on idem_attempts_fence) */
-  int by = (q->f->session != NULL) | (q->f->fence_key ? 2 : 0), i, first = 1,
-      rc = IDEM_OK, nvals = 0, row;
-  unsigned long long bit = 1ull << ((q->mask >> 1) & 63);
-  size_t n;
+  char sql[1200], name[40];
+  unsigned shape = idem__filter_shape(q->f);
+  idem__list_params p;
+  int i, rc = IDEM_OK, row, cached = 0;
   PGresult *r;
   idem_record *rec;
-  snprintf(name, sizeof name, "idem_list_%d_%u", by, q->mask);
-  if (!(c->listed[by] & bit)) {
-    n = (size_t)snprintf(sql, sizeof sql,
-                         "SELECT " COLS " FROM idem_attempts%s%s%s",
-                         by & 1 ? " WHERE session = $1::text" : "",
-                         by == 2   ? " WHERE fence_key = $1::text"
-                         : by == 3 ? " AND fence_key = $2::text"
-                                   : "",
-                         by & 2 ? " AND fence_key IS NOT NULL" : "");
-    if (q->mask) {
-      /* the words of idem_attempts_live's WHERE let the planner use it */
-      n += (size_t)snprintf(sql + n, sizeof sql - n, "%s%s state IN (",
-                            by ? " AND" : " WHERE",
-                            q->mask & ~LIVE_MASK ? "" : " state IN (1, 5) AND");
-      for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
-        if (q->mask & (1u << i)) {
-          n += (size_t)snprintf(sql + n, sizeof sql - n, "%s%d",
-                                first ? "" : ", ", i);
-          first = 0;
-        }
-      n += (size_t)snprintf(sql + n, sizeof sql - n, ")");
-    }
-    snprintf(sql + n, sizeof sql - n,
-             " ORDER BY created, session, call_id LIMIT $%d::bigint",
-             by == 3 ? 3 : by ? 2 : 1);
+  for (i = 0; i < c->nlisted && !cached; i++) cached = c->listed[i] == shape;
+  /* past LIST_SLOTS shapes: the unnamed statement, for this call */
+  if (cached || c->nlisted < LIST_SLOTS)
+    snprintf(name, sizeof name, "idem_list_%u", shape);
+  else
+    name[0] = '\0';
+  if (!cached) {
+    if (idem__list_sql(sql, sizeof sql, shape, COLS, "idem_attempts", '$',
+                       "::text", "::bigint"))
+      return msg_set(s, IDEM_RANGE, "%s: a listing too long to build",
+                     s->shown);
     r = PQprepare(c->db, name, sql, 0, NULL);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
       rc = res_fail(s, c, r, "preparing a listing", again);
@@ -1855,17 +1862,10 @@ static int list_fn(pg_store *s, conn *c, void *arg, int *again) {
       return rc;
     }
     PQclear(r);
-    c->listed[by] |= bit;
+    if (name[0]) c->listed[c->nlisted++] = shape;
   }
-  if (by & 1) vals[nvals++] = q->f->session;
-  if (by & 2) vals[nvals++] = q->f->fence_key;
-  if (q->f->limit && q->f->limit < (size_t)LLONG_MAX) {
-    snprintf(limit, sizeof limit, "%zu", q->f->limit);
-    vals[nvals++] = limit;
-  } else {
-    vals[nvals++] = NULL; /* LIMIT NULL: all */
-  }
-  if (!PQsendQueryPrepared(c->db, name, nvals, vals, NULL, NULL, 0)) {
+  idem__list_params_of(q->f, &p);
+  if (!PQsendQueryPrepared(c->db, name, p.n, p.v, NULL, NULL, 0)) {
     *again = 1;
     return msg_pq(s, c->db, NULL, "listing records");
   }
@@ -1896,10 +1896,11 @@ static int list_fn(pg_store *s, conn *c, void *arg, int *again) {
 
 static int pg_list(idem__store *st, const idem__filter *f, idem__record_cb cb,
                    void *ctx) {
-  idem__filter all = {NULL, 0, 0, NULL};
+  idem__filter all;
   list_req q;
   CHECK_STORE(s, st);
   if (!cb) return IDEM_MISUSE;
+  memset(&all, 0, sizeof all);
   if (!f) f = &all;
   memset(&q, 0, sizeof q);
   q.f = f;
@@ -1970,6 +1971,47 @@ static int pg_stats(idem__store *st, long long counts[8]) {
   return run(s, stats_fn, counts);
 }
 
+/* tally */
+typedef struct tally_req {
+  idem_tally_fn cb;
+  void *ctx;
+} tally_req;
+
+static int tally_fn(pg_store *s, conn *c, void *arg, int *again) {
+  tally_req *q = arg;
+  PGresult *r =
+      PQexecPrepared(c->db, stmt_name[S_TALLY], 0, NULL, NULL, NULL, 0);
+  idem_tally t;
+  int rc = IDEM_OK, i;
+  if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+    rc = res_fail(s, c, r, "counting records", again);
+  } else {
+    for (i = 0; i < PQntuples(r); i++) {
+      memset(&t, 0, sizeof t);
+      t.size = sizeof t;
+      t.tool = PQgetvalue(r, i, 0);
+      t.state = (int)col_ll(r, i, 1);
+      t.resolution = (int)col_ll(r, i, 2);
+      t.records = col_ll(r, i, 3);
+      t.attempts = col_ll(r, i, 4);
+      t.checks = col_ll(r, i, 5);
+      t.oldest = col_ll(r, i, 6);
+      if (q->cb(q->ctx, &t)) break;
+    }
+  }
+  PQclear(r);
+  return rc;
+}
+
+static int pg_tally(idem__store *st, idem_tally_fn cb, void *ctx) {
+  tally_req q;
+  CHECK_STORE(s, st);
+  if (!cb) return IDEM_MISUSE;
+  q.cb = cb;
+  q.ctx = ctx;
+  return run(s, tally_fn, &q);
+}
+
 static const char *pg_errmsg(idem__store *st) {
   return st && tls_store == (const void *)st ? tls_msg : "";
 }
@@ -1993,6 +2035,7 @@ static const idem__store_vt pg_vt = {
     .list = pg_list,
     .gc = pg_gc,
     .stats = pg_stats,
+    .tally = pg_tally,
     .errmsg = pg_errmsg,
     .close = pg_close,
 };

@@ -47,7 +47,11 @@
 ** settle_from).  Version 3 adds turn TEXT: the model turn that issued the
 ** call (SPEC §6.4), NULL when the harness named none.  Version 4 adds
 ** resolved_by TEXT, resolved_at INTEGER: who gave an operator's verdict
-** (SPEC §9 idem resolve) and when.
+** (SPEC §9 idem resolve) and when.  Version 5 adds check_with TEXT,
+** last_check TEXT, checked_at INTEGER, checks INTEGER: what an operator
+** needs to settle an action in doubt by hand - the status check the model
+** was told to run, and the answer and time of the last status check and
+** how many ran (0 and NULL on older records: none is known).
 **
 ** Columns hold exactly the fields of idem_record (times in ms since the
 ** epoch).  expires = 0 means "keep forever": gc never deletes such a record.
@@ -246,6 +250,11 @@ static const char *const migrations[] = {
     /* 4: an operator's verdict, who and when (SPEC §9) */
     ("ALTER TABLE attempts ADD COLUMN resolved_by TEXT;"
      "ALTER TABLE attempts ADD COLUMN resolved_at INTEGER NOT NULL DEFAULT 0;"),
+    /* 5: the status checks of an action in doubt, for its operator */
+    ("ALTER TABLE attempts ADD COLUMN check_with TEXT;"
+     "ALTER TABLE attempts ADD COLUMN last_check TEXT;"
+     "ALTER TABLE attempts ADD COLUMN checked_at INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE attempts ADD COLUMN checks INTEGER NOT NULL DEFAULT 0;"),
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof *migrations))
@@ -278,6 +287,7 @@ enum {
   S_CHANGE,
   S_GC,
   S_STATS,
+  S_TALLY,
   N_STMTS
 };
 
@@ -328,7 +338,9 @@ static const char *const stmt_sql[N_STMTS] = {
     ** to lower to, or 0, ?20 duplicate_of or NULL, ?21 the owner the
     ** record must still have or NULL, ?22 who gave an operator's verdict
     ** or NULL (resolved_at is then now), ?23 the expiry of a settling
-    ** change or 0 (never lowered).  The last condition keeps terminal
+    ** change or 0 (never lowered), ?24 check_with or NULL, ?25 the answer
+    ** of a status check or NULL (checked_at: now, checks + 1).  The last
+    ** condition keeps terminal
     ** outcomes.  The record as it is then is read back by S_GET in the
     ** same transaction: RETURNING would hold its rows in an ephemeral
     ** table, a B-tree with its own pager and page cache made and torn down
@@ -350,6 +362,10 @@ static const char *const stmt_sql[N_STMTS] = {
     " duplicate_of = coalesce(?20, duplicate_of),"
     " resolved_by = coalesce(?22, resolved_by),"
     " resolved_at = CASE WHEN ?22 IS NULL THEN resolved_at ELSE ?14 END,"
+    " check_with = coalesce(?24, check_with),"
+    " last_check = coalesce(?25, last_check),"
+    " checked_at = CASE WHEN ?25 IS NULL THEN checked_at ELSE ?14 END,"
+    " checks = checks + (?25 IS NOT NULL),"
     " result = coalesce(?10, result),"
     " error = coalesce(?11, error),"
     " resolution = CASE WHEN ?12 > 0 THEN ?12 ELSE resolution END,"
@@ -362,13 +378,13 @@ static const char *const stmt_sql[N_STMTS] = {
     " AND (NOT ((" TERMINAL_BITS_SQL " >> state) & 1) OR (?7 = 0 AND ?6 = 0"
     "  AND ?10 IS NULL AND ?11 IS NULL AND ?5 IN (0, state)"
     "  AND ?12 IN (0, resolution) AND ?15 = 0 AND ?19 <= 0 AND ?20 IS NULL"
-    "  AND ?22 IS NULL))",
+    "  AND ?22 IS NULL AND ?24 IS NULL AND ?25 IS NULL))",
     "DELETE FROM attempts WHERE state IN " GC_SQL
     " AND expires > 0 AND expires < ?1",
     "SELECT state, count(*) FROM attempts GROUP BY state",
+    IDEM__TALLY_SQL("attempts"),
 };
 
-#define LIVE_MASK ((1u << IDEM_STATE_PENDING) | (1u << IDEM_STATE_IN_DOUBT))
 
 /* ---- per-thread messages --------------------------------------------------- */
 
@@ -377,13 +393,19 @@ static _Thread_local char tls_msg[MSG_MAX];
 
 /* ---- the store ------------------------------------------------------------- */
 
+/* The listing statements a connection keeps, by shape (idem__filter_shape):
+** the few a process uses; a shape past them is prepared for its call. */
+#define LIST_SLOTS 32
+
 /* One connection and its statements. */
 typedef struct conn {
   sqlite3 *db;
   sqlite3_stmt *stmt[N_STMTS];
-  sqlite3_stmt *list[4][64]; /* [by session, | 2 by fence key][mask >> 1] */
-  int busy_ms;               /* the busy timeout set on db     */
-  struct conn *next;         /* in the pool of free readers    */
+  sqlite3_stmt *list[LIST_SLOTS]; /* listings, of the shapes ...   */
+  unsigned list_shape[LIST_SLOTS]; /* ... listed here              */
+  int nlist;
+  int busy_ms;       /* the busy timeout set on db     */
+  struct conn *next; /* in the pool of free readers    */
 } conn;
 
 /* A write request, on the stack of the thread that waits for it. */
@@ -605,6 +627,8 @@ static idem_record *row_record(sqlite3_stmt *st) {
   r->pgid = sqlite3_column_int64(st, C_PGID);
   r->settle_from = sqlite3_column_int64(st, C_SETTLE_FROM);
   r->resolved_at = sqlite3_column_int64(st, C_RESOLVED_AT);
+  r->checked_at = sqlite3_column_int64(st, C_CHECKED_AT);
+  r->checks = sqlite3_column_int64(st, C_CHECKS);
   if (col_str(st, C_SESSION, &r->session) &
       col_str(st, C_CALL_ID, &r->call_id) & col_str(st, C_TOOL, &r->tool) &
       col_str(st, C_FINGERPRINT, &r->fingerprint) &
@@ -614,7 +638,9 @@ static idem_record *row_record(sqlite3_stmt *st) {
       col_str(st, C_ERROR, &r->error) &
       col_str(st, C_DUPLICATE_OF, &r->duplicate_of) &
       col_str(st, C_EXECUTOR, &r->executor) & col_str(st, C_TURN, &r->turn) &
-      col_str(st, C_RESOLVED_BY, &r->resolved_by))
+      col_str(st, C_RESOLVED_BY, &r->resolved_by) &
+      col_str(st, C_CHECK_WITH, &r->check_with) &
+      col_str(st, C_LAST_CHECK, &r->last_check))
     return r;
   idem_record_free(r);
   return NULL;
@@ -671,10 +697,9 @@ static void bind_fence(sqlite3_stmt *st, const idem_record *rec,
 /* ---- connections ----------------------------------------------------------- */
 
 static void conn_close(conn *c) {
-  int i, j;
+  int i;
   for (i = 0; i < N_STMTS; i++) sqlite3_finalize(c->stmt[i]);
-  for (i = 0; i < 4; i++)
-    for (j = 0; j < 64; j++) sqlite3_finalize(c->list[i][j]);
+  for (i = 0; i < c->nlist; i++) sqlite3_finalize(c->list[i]);
   sqlite3_close(c->db);
   memset(c, 0, sizeof *c);
 }
@@ -881,6 +906,8 @@ static void w_change(sq_store *s, wreq *r) {
   bind_str(st, 21, ch->expect_owner);
   bind_str(st, 22, ch->resolved_by);
   sqlite3_bind_int64(st, 23, ch->expires);
+  bind_str(st, 24, ch->check_with);
+  bind_str(st, 25, idem__check_name(ch->check));
   rc = sqlite3_step(st);
   changed = rc == SQLITE_DONE && sqlite3_changes(s->w.db) > 0;
   sqlite3_reset(st);
@@ -1840,72 +1867,58 @@ done:
   return rc;
 }
 
-/* by: 1 the session (?1), | 2 the fence key (?3, on attempts_fence). */
-static int list_stmt(sq_store *s, conn *c, int by, unsigned mask,
-                     sqlite3_stmt **out) {
-  char sql[800], msg[MSG_MAX];
-  size_t n;
-  int i, first = 1, rc;
-  sqlite3_stmt **slot = &c->list[by & 3][(mask >> 1) & 63];
-  if (*slot) {
-    *out = *slot;
-    return IDEM_OK;
-  }
-  n = (size_t)snprintf(sql, sizeof sql,
-                       "SELECT " COLS " FROM attempts%s%s%s",
-                       by & 1 ? " WHERE session = ?1" : "",
-                       by == 2   ? " WHERE fence_key = ?3"
-                       : by == 3 ? " AND fence_key = ?3"
-                                 : "",
-                       by & 2 ? " AND fence_key IS NOT NULL" : "");
-  if (mask) {
-    /* The exact words of attempts_live's WHERE let SQLite use it. */
-    n += (size_t)snprintf(sql + n, sizeof sql - n, "%s%s state IN (",
-                          by ? " AND" : " WHERE",
-                          mask & ~LIVE_MASK ? "" : " state IN (1, 5) AND");
-    for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
-      if (mask & (1u << i)) {
-        n += (size_t)snprintf(sql + n, sizeof sql - n, "%s%d",
-                              first ? "" : ", ", i);
-        first = 0;
-      }
-    n += (size_t)snprintf(sql + n, sizeof sql - n, ")");
-  }
-  snprintf(sql + n, sizeof sql - n,
-           " ORDER BY created, session, call_id LIMIT ?2");
-  rc =
-      sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot, NULL);
+/* The listing of f's shape: cached on c (*tmp 0), or, past LIST_SLOTS
+** shapes, prepared for this call (*tmp 1: finalize it after). */
+static int list_stmt(sq_store *s, conn *c, const idem__filter *f,
+                     sqlite3_stmt **out, int *tmp) {
+  char sql[1200], msg[MSG_MAX];
+  unsigned shape = idem__filter_shape(f);
+  int i, rc;
+  *tmp = 0;
+  for (i = 0; i < c->nlist; i++)
+    if (c->list_shape[i] == shape) {
+      *out = c->list[i];
+      return IDEM_OK;
+    }
+  if (idem__list_sql(sql, sizeof sql, shape, COLS, "attempts", '?', "", ""))
+    return msg_set(s, IDEM_RANGE, "%s: a listing too long to build", s->path);
+  *tmp = c->nlist == LIST_SLOTS;
+  rc = sqlite3_prepare_v3(c->db, sql, -1,
+                          *tmp ? 0 : SQLITE_PREPARE_PERSISTENT, out, NULL);
   if (rc != SQLITE_OK) {
-    *slot = NULL;
+    *out = NULL;
     rc = sql_msg(s, c->db, rc, "preparing a listing", msg, sizeof msg);
     return msg_set(s, rc, "%s", msg);
   }
-  *out = *slot;
+  if (!*tmp) {
+    c->list[c->nlist] = *out;
+    c->list_shape[c->nlist++] = shape;
+  }
   return IDEM_OK;
 }
 
 static int sq_list(idem__store *st, const idem__filter *f, idem__record_cb cb,
                    void *ctx) {
-  idem__filter all = {NULL, 0, 0, NULL};
-  unsigned mask;
+  idem__filter all;
+  idem__list_params p;
   sqlite3_stmt *q = NULL;
   idem_record *r;
   conn *c;
-  int rc, step, stop;
+  int rc, step, stop, i, tmp = 0;
   CHECK_STORE(s, st);
   if (!cb) return IDEM_MISUSE;
+  memset(&all, 0, sizeof all);
   if (!f) f = &all;
-  mask = f->states & 0x7eu; /* bits 1 .. 6 */
-  if (f->states && !mask) return IDEM_OK;
+  if (f->states && !(f->states & 0x7eu)) return IDEM_OK; /* bits 1 .. 6 */
   if ((rc = reader_get(s, &c)) != IDEM_OK) return rc;
-  if ((rc = list_stmt(s, c, (f->session != NULL) | (f->fence_key ? 2 : 0),
-                      mask, &q)) != IDEM_OK)
-    goto done;
-  if (f->session) bind_str(q, 1, f->session);
-  if (f->fence_key) bind_str(q, 3, f->fence_key);
-  sqlite3_bind_int64(
-      q, 2,
-      f->limit && f->limit < (size_t)LLONG_MAX ? (sqlite3_int64)f->limit : -1);
+  if ((rc = list_stmt(s, c, f, &q, &tmp)) != IDEM_OK) goto done;
+  idem__list_params_of(f, &p);
+  for (i = 0; i < p.n - 1; i++)
+    if (i == p.after)
+      sqlite3_bind_int64(q, i + 1, p.after_created);
+    else
+      bind_str(q, i + 1, p.v[i]);
+  sqlite3_bind_int64(q, p.n, p.limit);
   while ((step = sqlite3_step(q)) == SQLITE_ROW) {
     if (!(r = row_record(q))) {
       rc = msg_set(s, IDEM_NOMEM, "%s: out of memory", s->path);
@@ -1917,7 +1930,10 @@ static int sq_list(idem__store *st, const idem__filter *f, idem__record_cb cb,
   }
   if (step != SQLITE_ROW && step != SQLITE_DONE)
     rc = msg_sql(s, c->db, step, "listing records");
-  sqlite3_reset(q);
+  if (tmp)
+    sqlite3_finalize(q);
+  else
+    sqlite3_reset(q);
 done:
   reader_put(s, c);
   return rc;
@@ -1948,6 +1964,39 @@ done:
   return rc;
 }
 
+static int sq_tally(idem__store *st, idem_tally_fn cb, void *ctx) {
+  sqlite3_stmt *q = NULL;
+  idem_tally t;
+  conn *c;
+  char msg[MSG_MAX];
+  int rc, step;
+  CHECK_STORE(s, st);
+  if (!cb) return IDEM_MISUSE;
+  if ((rc = reader_get(s, &c)) != IDEM_OK) return rc;
+  if ((rc = stmt_get(s, c, S_TALLY, &q, msg, sizeof msg)) != IDEM_OK) {
+    msg_set(s, rc, "%s", msg);
+    goto done;
+  }
+  while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+    memset(&t, 0, sizeof t);
+    t.size = sizeof t;
+    t.tool = (const char *)sqlite3_column_text(q, 0);
+    t.state = sqlite3_column_int(q, 1);
+    t.resolution = sqlite3_column_int(q, 2);
+    t.records = sqlite3_column_int64(q, 3);
+    t.attempts = sqlite3_column_int64(q, 4);
+    t.checks = sqlite3_column_int64(q, 5);
+    t.oldest = sqlite3_column_int64(q, 6);
+    if (cb(ctx, &t)) break;
+  }
+  if (step != SQLITE_ROW && step != SQLITE_DONE)
+    rc = msg_sql(s, c->db, step, "counting records");
+  sqlite3_reset(q);
+done:
+  reader_put(s, c);
+  return rc;
+}
+
 static const char *sq_errmsg(idem__store *st) {
   return st && tls_store == (const void *)st ? tls_msg : "";
 }
@@ -1971,6 +2020,7 @@ static const idem__store_vt sqlite_vt = {
     .list = sq_list,
     .gc = sq_gc,
     .stats = sq_stats,
+    .tally = sq_tally,
     .errmsg = sq_errmsg,
     .close = sq_close,
 };

@@ -31,6 +31,8 @@ add_test(NAME resolve_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_ser
   ${CMAKE_CURRENT_SOURCE_DIR}/resolve_test.sh $<TARGET_FILE:idem>)
 add_test(NAME seams_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
   sh -c "exec \"$0\" \"$IDEM_PG_URL\"" $<TARGET_FILE:test_seams>)
+add_test(NAME console_pg COMMAND ${BASH} ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+  sh -c "exec \"$0\" \"$IDEM_PG_URL\"" $<TARGET_FILE:test_console>)
 # The console in a browser (tests/console/browser_test.mjs) on PostgreSQL
 if(NODE)
   add_test(NAME console_browser_pg COMMAND ${BASH}

@@ -142,7 +142,10 @@ class Record(ctypes.Structure):
                 # the model turn of the call (SPEC 6.4)
                 ("turn", c_char_p),
                 # an operator's verdict: who and when (0.4.0, SPEC 9)
-                ("resolved_by", c_char_p), ("resolved_at", c_longlong)]
+                ("resolved_by", c_char_p), ("resolved_at", c_longlong),
+                # status checks of an action in doubt (0.5.0)
+                ("check_with", c_char_p), ("last_check", c_char_p),
+                ("checked_at", c_longlong), ("checks", c_longlong)]
 
 
 # int run(void *ctx, const char *key, const char *args, size_t args_len,

@@ -199,6 +199,9 @@ class Header(unittest.TestCase):
             with self.subTest(struct=cname):
                 self.assertEqual([f for f, _ in cls._fields_],
                                  struct_fields(self.text, cname))
+        # and the record the library fills, read field by field
+        self.assertEqual([f for f, _ in _lib.Record._fields_],
+                         struct_fields(self.text, "idem_record"))
         self.assertEqual(len(guard._pack_call(*[0] * 8)),
                          guard._CALL_SIZE)
         self.assertEqual(struct_fields(
