@@ -121,7 +121,7 @@ try {
   const xa = await text(p1, `${row('x1')} pre.args`);
   ok(xa && xa.includes(story.XSS) && xa.includes(story.IMG),
     'x1: <script> and <img> shown as text in the list', xa);
-  await p1.screenshot({ path: path.join(shots, 'console-in-doubt.png'),
+  await p1.screenshot({ path: path.join(shots, 'console-doubt.png'),
     fullPage: true });
 
   // a second page, open on the list before the verdict
@@ -249,6 +249,8 @@ try {
   // the search: exact matches (the session and a call id; then a state)
   await p3.goto(srv.url + '#/search', { waitUntil: 'load' });
   await p3.waitForSelector('form#search', { visible: true, ...T });
+  // (the view's own first search answered before ours is asked)
+  await p3.waitForNetworkIdle({ idleTime: 200, timeout: 10000 });
   await p3.type('#q-session', S);
   await p3.type('#q-call', 'b2');
   await p3.click('button#q-go');
