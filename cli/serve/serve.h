@@ -1,8 +1,9 @@
 /*
 ** serve.h - `idem serve`, the operator's console (docs/CONSOLE.md): what
 ** its parts share.  serve.c listens and guards every request; api.c answers
-** /api/...; metrics.c answers /metrics; the page's files are embedded by
-** the build (assets.c, made by cmake/embed.cmake from cli/serve/assets).
+** /api/...; metrics.c answers /metrics; reply.c makes the JSON answers
+** both use.  The page's files are embedded by the build (serve_assets.c,
+** made by cmake/embed.cmake from cli/serve/assets).
 */
 #ifndef IDEM_CLI_SERVE_H
 #define IDEM_CLI_SERVE_H
