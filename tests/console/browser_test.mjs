@@ -22,7 +22,10 @@
 // b2 fenced with a.dup-link to b1 and following it shows b1; arguments
 // holding <script> and <img onerror> show as text (no dialog, no element
 // injected); no CSP violation and no uncaught error in the page; the
-// read-only console has no resolve button and no token line.
+// search finds by session and call id, and by state; the read-only console
+// has no resolve button, no token field and no token line; with nothing
+// left in doubt the list shows #doubt-empty.  The ledger is counted
+// throughout: a1, x1, b1 and p1 applied once each, b2 never.
 import fs from 'node:fs';
 import path from 'node:path';
 import {
@@ -317,6 +320,21 @@ try {
     true, 'read-only: body.read-only');
   eq(await p4.$eval('#token', (e) => e.offsetParent === null)
     .catch(() => true), true, 'read-only: #token hidden');
+
+  // x1 settled too (applied: the command applied it before it died):
+  // nothing in doubt, and the list says so
+  const r2 = await api.resolve({ session: S, call_id: 'x1',
+    verdict: 'applied', reason: 'found it too' });
+  eq(r2.status, 200, `x1 resolved by the API (${r2.text})`);
+  await p1.bringToFront();
+  await p1.reload({ waitUntil: 'load' });
+  await p1.waitForSelector('#doubt-empty', { visible: true, ...T })
+    .catch(() => {});
+  eq(await p1.$eval('#doubt-empty', (e) => e.offsetParent !== null)
+    .catch(() => false), true, 'nothing in doubt: #doubt-empty shown');
+  eq(await p1.$$eval('tr.doubt-row', (rs) => rs.length), 0,
+    'nothing in doubt: no row');
+  eq(story.total(), 4, 'the ledger: still four applications');
 } catch (e) {
   ok(false, `the browser steps: ${e.stack || e}`);
 } finally {
