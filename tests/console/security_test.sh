@@ -1,6 +1,7 @@
 #!/bin/bash
 # idem serve's defences, with curl: the Host check, the token, the Origin
-# and CSRF checks of POST /api/resolve (a refused write leaves the record as it was), the
+# and CSRF checks of POST /api/resolve (a refused write leaves the record
+# as it was), the
 # read-only mode, the headers of every response, the listening address,
 # and the refusals at start (a log it cannot open, a short token).
 #   tests/console/security_test.sh IDEM_BINARY
@@ -20,7 +21,9 @@ trap cleanup EXIT
 . "$HERE/assert.sh"
 export IDEM_LOG=sqlite:$T/log.db
 S=sec$$
-CSP="default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+CSP="default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'"
+CSP="$CSP; connect-src 'self'; form-action 'none'; frame-ancestors 'none'"
+CSP="$CSP; base-uri 'none'"
 
 # an action in doubt: the command's own client gave up (exit 75)
 for c in c1 c2; do
@@ -53,7 +56,8 @@ start() {
 
 start rw --listen 127.0.0.1:0
 has "the URL line" "$URL" "http://127.0.0.1:"
-expect "a token of 32 hex chars" 1 "$(printf '%s' "$TOKEN" | grep -cxE '[0-9a-f]{32}')"
+expect "a token of 32 hex chars" 1 \
+  "$(printf '%s' "$TOKEN" | grep -cxE '[0-9a-f]{32}')"
 
 # curl's status, headers in $T/h, body in $T/b
 req() {
@@ -76,7 +80,14 @@ has "info: the cookie" "$(header set-cookie)" "idem_csrf=$CSRF"
 has "info: SameSite=Strict" "$(header set-cookie)" "SameSite=Strict"
 has "info: not read-only" "$(cat "$T/b")" '"read_only":false'
 
-BODY="{\"session\":\"$S\",\"call_id\":\"c1\",\"verdict\":\"applied\",\"result\":\"{\\\"refund_id\\\":\\\"re_op\\\"}\",\"reason\":\"seen\",\"by\":\"sec@test\"}"
+# body CALL VERDICT [RESULT]: $BODY, a verdict on CALL (RESULT: JSON text)
+body() {
+  local r=""
+  [ $# -gt 2 ] && r=",\"result\":\"$(printf '%s' "$3" | sed 's/"/\\"/g')\""
+  BODY="{\"session\":\"$S\",\"call_id\":\"$1\",\"verdict\":\"$2\""
+  BODY="$BODY,\"reason\":\"seen\",\"by\":\"sec@test\"$r}"
+}
+body c1 applied '{"refund_id":"re_op"}'
 # post [curl args...]: POST /api/resolve with $BODY and the given headers
 post() {
   req -X POST -H 'Content-Type: application/json' --data "$BODY" "$@" \
@@ -101,7 +112,8 @@ expect "no CSRF cookie: 403" 403 "$(post -H "$AUTH" -H "$XC" -H "$OR")"
 expect "CSRF mismatch: 403" 403 \
   "$(post -H "$AUTH" -H "X-Idem-CSRF: x$CSRF" -H "$CK" -H "$OR")"
 expect "CSRF both forged: 403" 403 \
-  "$(post -H "$AUTH" -H "X-Idem-CSRF: forged" -H "Cookie: idem_csrf=forged" -H "$OR")"
+  "$(post -H "$AUTH" -H "X-Idem-CSRF: forged" -H "Cookie: idem_csrf=forged" \
+    -H "$OR")"
 expect "GET /api/resolve: 405" 405 "$(req "${URL}api/resolve")"
 # a name made to resolve to 127.0.0.1 (DNS rebinding) gets nothing
 expect "another Host: 403" 403 \
@@ -112,28 +124,31 @@ expect "another Host, a write: 403" 403 \
 expect "localhost: 200" 200 \
   "$(req -H "Host: localhost:$PORT" "${URL}api/doubt")"
 has "localhost: the records" "$(cat "$T/b")" "$S"
-expect "refused writes changed nothing" "$before" "$("$IDEM" show --json "$S" c1)"
+expect "refused writes changed nothing" "$before" \
+  "$("$IDEM" show --json "$S" c1)"
 
 # bad bodies: 400, nothing changes
-BODY='{"session":"'$S'","call_id":"c1","verdict":"maybe","reason":"x"}'
+body c1 maybe
 expect "bad verdict: 400" 400 "$(post -H "$AUTH" -H "$XC" -H "$CK" -H "$OR")"
 BODY='{"session":'
 expect "not JSON: 400" 400 "$(post -H "$AUTH" -H "$XC" -H "$CK" -H "$OR")"
-BODY='{"session":"'$S'","call_id":"c1","verdict":"applied","result":"{bad","reason":"x"}'
-expect "result not JSON: 400" 400 "$(post -H "$AUTH" -H "$XC" -H "$CK" -H "$OR")"
+body c1 applied '{bad'
+expect "result not JSON: 400" 400 \
+  "$(post -H "$AUTH" -H "$XC" -H "$CK" -H "$OR")"
 expect "bad bodies changed nothing" "$before" "$("$IDEM" show --json "$S" c1)"
-BODY='{"session":"'$S'","call_id":"nosuch","verdict":"applied","reason":"x"}'
+body nosuch applied
 expect "no such record: 404" 404 "$(post -H "$AUTH" -H "$XC" -H "$CK" -H "$OR")"
 
 # the verdict, with and without an Origin (curl sends none), then again
-BODY="{\"session\":\"$S\",\"call_id\":\"c1\",\"verdict\":\"applied\",\"result\":\"{\\\"refund_id\\\":\\\"re_op\\\"}\",\"reason\":\"seen\",\"by\":\"sec@test\"}"
+body c1 applied '{"refund_id":"re_op"}'
 expect "the verdict: 200" 200 "$(post -H "$AUTH" -H "$XC" -H "$CK" -H "$OR")"
 has "the verdict: ok" "$(cat "$T/b")" '"ok":true'
 expect "c1 succeeded" '"state":"succeeded"' "$(state c1)"
 has "by whom" "$("$IDEM" show --json "$S" c1)" '"resolved_by":"sec@test'
+has "its result" "$("$IDEM" show --json "$S" c1)" '"result":{"refund_id":"re_op"}'
 expect "again: 409" 409 "$(post -H "$AUTH" -H "$XC" -H "$CK" -H "$OR")"
 has "again: no longer in doubt" "$(cat "$T/b")" "no longer in doubt"
-BODY='{"session":"'$S'","call_id":"c2","verdict":"not_applied","reason":"checked"}'
+body c2 not_applied
 expect "no Origin header: 200" 200 "$(post -H "$AUTH" -H "$XC" -H "$CK")"
 expect "c2 not applied" '"state":"not_applied"' "$(state c2)"
 
@@ -152,7 +167,8 @@ code=$(post -H "$XC" -H "$CK" -H "$OR")
 expect "401: the CSP" "$CSP" "$(header content-security-policy)"
 # the page has no inline script or style
 code=$(req "$URL")
-hasnt "no inline script" "$(tr -d '\n' < "$T/b" | grep -o '<script[^>]*>[^<]' )" "<script"
+hasnt "no inline script" \
+  "$(tr -d '\n' < "$T/b" | grep -o '<script[^>]*>[^<]')" "<script"
 hasnt "no inline style" "$(cat "$T/b")" "<style"
 hasnt "no style attribute" "$(cat "$T/b")" " style="
 
@@ -163,13 +179,15 @@ listeners() { # the local addresses listening on port $1 (hex)
   awk -v p=":$hp" '$4 == "0A" && substr($2, length($2) - 4) == p { print $2 }' \
     /proc/net/tcp /proc/net/tcp6 2> /dev/null
 }
-expect "bound to 127.0.0.1 only" "0100007F:$(printf '%04X' "$PORT")" "$(listeners "$PORT")"
+expect "bound to 127.0.0.1 only" "0100007F:$(printf '%04X' "$PORT")" \
+  "$(listeners "$PORT")"
 # the default address (port 8787, unless something else holds it)
 if [ -z "$(listeners 8787)" ]; then
   start dflt
   if [ -n "$URL" ]; then
     has "default: 127.0.0.1:8787" "$URL" "http://127.0.0.1:8787/"
-    expect "default: bound to 127.0.0.1 only" "0100007F:2253" "$(listeners 8787)"
+    expect "default: bound to 127.0.0.1 only" "0100007F:2253" \
+      "$(listeners 8787)"
     kill "$PID"
     wait "$PID"
     expect "default: exit 0 on SIGTERM" 0 "$?"
