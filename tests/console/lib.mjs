@@ -248,10 +248,18 @@ with idem.Guard(log, pol) as g:
 }
 
 // Start `idem serve` on a free port; {proc, url, token, lines, stop()}.
+// A server the test did not stop (it failed on the way) ends with it.
+const started = new Set();
+process.on('exit', () => {
+  for (const p of started) {
+    if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+  }
+});
 export async function serve(idem, args, env = {}) {
   const proc = spawn(idem, ['serve', '--listen', '127.0.0.1:0', ...args], {
     env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
   });
+  started.add(proc);
   let out = '', err = '';
   proc.stderr.on('data', (d) => { err += d; });
   const s = { proc, url: null, token: null, lines: [], err: () => err };
