@@ -288,16 +288,40 @@ static void name_hosts(serve *s, const char *host, int v6, unsigned port,
   snprintf(s->origin, sizeof s->origin, "http://%.280s", s->hosts[0]);
 }
 
+/* A socket listening on ai, and its port; -1 with errno. */
+static int bind_listen(const struct addrinfo *ai, unsigned *port) {
+  struct sockaddr_storage at;
+  socklen_t len = sizeof at;
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+  if (fd < 0) return -1;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+      (ai->ai_family == AF_INET6 &&
+       setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0) ||
+      bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 64) != 0 ||
+      getsockname(fd, (struct sockaddr *)&at, &len) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  *port = ntohs(at.ss_family == AF_INET6
+                    ? ((struct sockaddr_in6 *)&at)->sin6_port
+                    : ((struct sockaddr_in *)&at)->sin_port);
+  return fd;
+}
+
+/* Listen on HOST:PORT.  The socket is bound here, and the console's names
+** made, before the daemon's threads start: a request that comes at once
+** finds them (libmicrohttpd closes the socket when it stops). */
 static struct MHD_Daemon *listen_on(serve *s, const char *listen) {
   char host[256];
   const char *port;
   struct addrinfo hints, *ai = NULL;
   struct MHD_Daemon *d;
-  const union MHD_DaemonInfo *info;
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
                    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                   MHD_USE_ERROR_LOG;
-  int rc;
+                   MHD_USE_ERROR_LOG, bound;
+  int rc, fd;
   if (split_listen(listen, host, sizeof host, &port) != 0) {
     cli_usage("serve", "--listen is HOST:PORT, not '%s'", listen);
     return NULL;
@@ -309,25 +333,26 @@ static struct MHD_Daemon *listen_on(serve *s, const char *listen) {
     cli_err("--listen %s: %s", listen, gai_strerror(rc));
     return NULL;
   }
+  if ((fd = bind_listen(ai, &bound)) < 0) {
+    cli_err("cannot listen on %s: %s", listen, strerror(errno));
+    freeaddrinfo(ai);
+    return NULL;
+  }
+  name_hosts(s, host, ai->ai_family == AF_INET6, bound,
+             is_loopback(ai->ai_addr));
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  freeaddrinfo(ai);
   d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
-                       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                       MHD_OPTION_LISTEN_SOCKET, fd,
                        MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
                        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
                        MHD_OPTION_END);
-  info = d ? MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT) : NULL;
-  if (!d || !info) {
-    cli_err("cannot listen on %s: %s", listen,
-            errno ? strerror(errno) : "libmicrohttpd refused");
-    if (d) MHD_stop_daemon(d);
-    freeaddrinfo(ai);
-    return NULL;
+  if (!d) {
+    cli_err("cannot serve on %s: libmicrohttpd refused", listen);
+    close(fd);
   }
-  name_hosts(s, host, ai->ai_family == AF_INET6, info->port,
-             is_loopback(ai->ai_addr));
-  freeaddrinfo(ai);
   return d;
 }
 
