@@ -183,10 +183,14 @@ int cli_exit_for(int answer);
 
 /* The status check of the action step s is checking (CHECK): cmd, else the
 ** policy's status command, else its status tool when that is an HTTP tool.
-** Returns the outcome; *result is the applied result (free()) or NULL. */
+** Returns the outcome, or 0 when there is nothing to check with; *result
+** is the applied result (free()) or NULL. */
 int cli_check(const idem_policy *p, idem_step *s, const char *cmd,
               const char *session, const char *call_id, const char *tool,
               char **result);
+/* Give the step cli_check's answer: idem_step_resolve, or for 0
+** idem_step_no_check (no check ran, none is recorded). */
+int cli_resolve(idem_step *s, int outcome, const char *result);
 
 /* How a verb calls its tool.  execute makes one attempt (returns -1 when it
 ** could not even start, with the reason in error); the hooks, when set, see

@@ -77,7 +77,7 @@ static int check_other(void *ctx, const idem_step *s, const char **result,
             outcome_name(outcome));
   *result = x->check_result;
   *len = x->check_result ? strlen(x->check_result) : 0;
-  return outcome;
+  return cmd ? outcome : 0; /* 0: nothing to check with */
 }
 
 /* The answer, handed over at ANSWER: "told" is recorded only for a reader

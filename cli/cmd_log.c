@@ -684,7 +684,7 @@ static void *recover_worker(void *arg) {
         outcome = cli_check(j->policy, s, cmd, j->v[i].session, j->v[i].call_id,
                             j->v[i].tool, &result);
       }
-      rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
+      rc = cli_resolve(s, outcome, result);
       free(result);
     }
     ans = idem_step_answer(s);

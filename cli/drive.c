@@ -68,7 +68,7 @@ static int check_http(idem_step *s, char **result) {
   size_t len;
   int outcome = IDEM_OUTCOME_UNKNOWN;
   if (idem_step_check_http(s, &outcome, &res, &len, &why) != IDEM_OK)
-    return IDEM_OUTCOME_UNKNOWN; /* not an HTTP tool: nothing to call */
+    return 0; /* not an HTTP tool: nothing to call, no check made */
   if (outcome == IDEM_OUTCOME_APPLIED && res && !(*result = strdup(res)))
     outcome = IDEM_OUTCOME_UNKNOWN;
   if (outcome == IDEM_OUTCOME_UNKNOWN && why)
@@ -93,7 +93,12 @@ int cli_check(const idem_policy *p, idem_step *s, const char *cmd,
   }
   (void)p;
   if (idem_step_check_tool(s)) return check_http(s, result);
-  return IDEM_OUTCOME_UNKNOWN;
+  return 0; /* nothing to check with */
+}
+
+int cli_resolve(idem_step *s, int outcome, const char *result) {
+  if (!outcome) return idem_step_no_check(s);
+  return idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
 }
 
 int cli_hand_over(idem_guard *g, idem_step *s, const char *env, size_t len) {
@@ -141,7 +146,7 @@ int cli_drive(idem_guard *g, idem_step *s, const cli_driver *d) {
       outcome = cli_check(d->policy, s, d->status, d->call->session,
                           d->call->call_id, d->call->tool, &result);
       if (d->on_check) d->on_check(d->ctx, s, outcome);
-      rc = idem_step_resolve(s, outcome, result, result ? strlen(result) : 0);
+      rc = cli_resolve(s, outcome, result);
       break;
     case IDEM_NEXT_WAIT:
       cli_sleep_ms(idem_step_delay_ms(s));

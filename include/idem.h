@@ -570,6 +570,11 @@ IDEM_API int idem_step_attempt_ended(idem_step *s);
 ** or UNKNOWN when the check itself failed). */
 IDEM_API int idem_step_resolve(idem_step *s, int outcome, const char *result,
                                size_t result_len);
+/* At CHECK, when the front end has nothing to check with (no status
+** command, no tool it can call): the step goes on as after an UNKNOWN
+** answer, and no status check is counted or recorded (last_check stays
+** as it was). */
+IDEM_API int idem_step_no_check(idem_step *s);
 /* After IDEM_NEXT_WAIT: look at the other owner's action again. */
 IDEM_API int idem_step_poll(idem_step *s);
 /* The model is being given the envelope: an outcome it has been told no
@@ -1131,7 +1136,8 @@ typedef struct idem_run_hooks {
   /* A status check the library cannot make itself: the policy's status
   ** command (idem exec's), or a status tool without an "http" rule.  The
   ** hook makes it and returns its outcome (enum idem_outcome: APPLIED,
-  ** NOT_APPLIED, or UNKNOWN when the check failed); for APPLIED it may set
+  ** NOT_APPLIED, or UNKNOWN when the check failed; 0 when it has nothing
+  ** to check with, and no check is counted); for APPLIED it may set
   ** *result to the status tool's answer (JSON text of *result_len bytes),
   ** which stays the hook's and must stay valid until the hook is called
   ** again or idem_guard_run returns (keep it in ctx).  NULL: such a check

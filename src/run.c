@@ -219,6 +219,7 @@ static int check(run *r, idem_step *s) {
   if (r->h.check) { /* the caller's own: a status command, say */
     result = NULL;
     outcome = r->h.check(r->h.ctx, s, &result, &rlen);
+    if (outcome == 0) return idem_step_no_check(s); /* nothing to check with */
     if (outcome < IDEM_OUTCOME_APPLIED || outcome > IDEM_OUTCOME_UNKNOWN)
       outcome = IDEM_OUTCOME_UNKNOWN;
     if (outcome != IDEM_OUTCOME_APPLIED || !result) result = NULL, rlen = 0;
@@ -230,7 +231,7 @@ static int check(run *r, idem_step *s) {
                  "was given: the check was not made"
                : "the status check is a command, and no check hook was "
                  "given: the check was not made");
-  return idem_step_resolve(s, IDEM_OUTCOME_UNKNOWN, NULL, 0);
+  return idem_step_no_check(s);
 }
 
 int idem_guard_run(idem_guard *g, const idem_call *call,
