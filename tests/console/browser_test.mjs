@@ -117,6 +117,10 @@ try {
   ok(args && JSON.stringify(JSON.parse(args)) ===
      JSON.stringify({ amount_cents: 6000, order_id: 'oA' }),
   'a1: pre.args is its arguments', args);
+  // idem exec cannot call a status tool: no check ran, and none is
+  // counted (the page says none yet, not "unknown (1 check)")
+  const lc = await text(p1, `${row('a1')} .last-check`);
+  eq(lc, 'none yet', 'a1: last check: none ran', lc);
   const settle = await text(p1, `${row('a1')} .settle-ends`);
   ok(settle && !settle.includes('--policy'),
     'a1: settle ends is known (served with --policy)', settle);
@@ -259,9 +263,10 @@ try {
   await p3.click('button#q-go');
   const found = () => p3.$$eval('table#records tr.record-row',
     (rs) => rs.map((r) => `${r.dataset.session}/${r.dataset.call}`));
-  await p3.waitForFunction(() =>
-    document.querySelectorAll('table#records tr.record-row').length > 0, T)
-    .catch(() => {});
+  // (the rows of the view's own first search may still show: wait for ours)
+  await p3.waitForFunction((want) => [...document.querySelectorAll(
+    'table#records tr.record-row')].map((r) => r.dataset.call).join() ===
+    want, T, 'b2').catch(() => {});
   eq(await found(), [`${S}/b2`], 'search: session and call id');
   await p3.$eval('#q-call', (e) => { e.value = ''; });
   await p3.select('select#q-state', 'in_doubt');

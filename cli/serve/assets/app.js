@@ -6,6 +6,8 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 let info = null;      // GET /api/info
 let resolving = null; // the record the dialog is about
+let seq = 0;          // the current route: an answer for an older one is
+                      // dropped (a slow search must not overwrite a newer)
 
 // ---- small helpers --------------------------------------------------------
 
@@ -130,8 +132,10 @@ let doubtNext = null;
 
 async function showDoubt(more) {
   const body = $('#doubt tbody');
+  const my = seq;
   const page = await api('doubt' + (more && doubtNext
     ? '?after=' + encodeURIComponent(doubtNext) : ''));
+  if (my !== seq) return;
   if (!more) body.replaceChildren();
   for (const r of page.items) body.append(doubtRow(r, page.now));
   doubtNext = page.next;
@@ -237,7 +241,7 @@ function searchQuery() {
 }
 
 async function showSearch(params, more) {
-  if (!more) {
+  if (!more && [...params.keys()].length) { // the fields show the URL's
     $('#q-session').value = params.get('session') || '';
     $('#q-call').value = params.get('call_id') || '';
     $('#q-key').value = params.get('key') || '';
@@ -246,7 +250,13 @@ async function showSearch(params, more) {
   }
   const q = new URLSearchParams(params);
   if (more && searchNext) q.set('after', searchNext);
+  if (!more) { // a new search: no row of the last one stays meanwhile
+    $('#records tbody').replaceChildren();
+    $('#more').hidden = true;
+  }
+  const my = seq;
   const page = await api('records?' + q);
+  if (my !== seq) return;
   const body = $('#records tbody');
   if (!more) body.replaceChildren();
   for (const r of page.items) body.append(recordRow(r));
@@ -282,7 +292,10 @@ function callCard(r) {
   else if (r.result_bytes)
     card.append(el('p', {class: 'muted',
                          text: 'result of ' + r.result_bytes + ' bytes'}));
-  if (r.error) card.append(el('p', {class: 'error-text', text: r.error}));
+  if (r.error && r.resolution === 'operator')
+    card.append(el('p', {class: 'reason', text: 'reason: ' + r.error}));
+  else if (r.error)
+    card.append(el('p', {class: 'error-text', text: r.error}));
   if (r.resolution === 'late')
     card.append(el('p', {class: 'late',
                          text: 'settled by a late result, ' +
@@ -304,7 +317,9 @@ async function showTimeline(session, more) {
   $('#timeline-title').textContent = session;
   const q = new URLSearchParams({session});
   if (more && timelineNext) q.set('after', timelineNext);
+  const my = seq;
   const page = await api('session?' + q);
+  if (my !== seq) return;
   const box = $('#timeline-calls');
   if (!more) {
     box.replaceChildren();
@@ -330,7 +345,9 @@ async function showTimeline(session, more) {
 
 async function showCall(session, call) {
   const q = new URLSearchParams({session, call_id: call});
+  const my = seq;
   const r = await api('record?' + q);
+  if (my !== seq) return;
   $('#call-title').textContent = call + ' of session ' + session;
   const box = $('#call-detail');
   box.replaceChildren(callCard(r),
@@ -361,6 +378,7 @@ function show(id) {
 
 async function route() {
   const h = location.hash || '#/';
+  seq++;
   try {
     if (h.startsWith('#/session/')) {
       show('timeline');
@@ -405,7 +423,9 @@ async function start() {
     $('#resolve-dialog').close());
   $('#search').addEventListener('submit', ev => {
     ev.preventDefault();
-    location.hash = '#/search?' + searchQuery();
+    const h = '#/search?' + searchQuery();
+    if (location.hash === h) route();
+    else location.hash = h;
   });
   $('#more').addEventListener('click', () =>
     showSearch(searchQuery(), true).catch(e => fail(e.message)));
