@@ -84,5 +84,28 @@ has "toolu_09 one attempt" "$r9" '"attempts":1'
 r11=$("$IDEM" show --json --log "$LOG" sess_demo toolu_11)
 has "toolu_11 duplicate of toolu_09" "$r11" '"duplicate_of":"toolu_09"'
 
+# the console on the demo's log (the command the demo prints) shows every
+# action of the story, in the log's order
+has "demo names the console" "$OUT" "serve --log $LOG --policy $DIR/policy.json"
+"$IDEM" serve --log "$LOG" --policy "$DIR/policy.json" --listen 127.0.0.1:0 \
+  --read-only > "$T/serve.out" 2>&1 &
+SERVE=$!
+for _ in $(seq 100); do
+  grep -q '^idem serve: http' "$T/serve.out" && break
+  sleep 0.1
+done
+URL=$(sed -n 's/^idem serve: \(http[^ ]*\)\/ .*/\1/p' "$T/serve.out")
+[ -n "$URL" ] && ok || bad "idem serve did not start: $(cat "$T/serve.out")"
+calls() { python3 -c 'import json,sys
+print(" ".join(json.loads(l)["call_id"] for l in sys.stdin if l.strip()))'; }
+want=$("$IDEM" ls --json --log "$LOG" --session sess_demo | calls)
+got=$(curl -s "$URL/api/session?session=sess_demo&limit=500" |
+  python3 -c 'import json,sys
+print(" ".join(r["call_id"] for r in json.load(sys.stdin)["items"]))')
+expect "the console shows the story's actions" "$want" "$got"
+expect "the story has 11 actions" 11 "$(echo "$got" | wc -w)"
+kill "$SERVE" 2>/dev/null
+wait "$SERVE" 2>/dev/null
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
