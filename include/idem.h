@@ -865,7 +865,8 @@ IDEM_API int idem_queue_begin(idem_queue *q, const idem_call *call,
 IDEM_API int idem_queue_finish(idem_queue *q, idem_step *s, int outcome,
                                const char *result, size_t result_len,
                                const char *error, int flags, void *user);
-/* idem_step_resolve(). */
+/* idem_step_resolve(); outcome 0: idem_step_no_check() (nothing to
+** check with). */
 IDEM_API int idem_queue_resolve(idem_queue *q, idem_step *s, int outcome,
                                 const char *result, size_t result_len,
                                 int flags, void *user);

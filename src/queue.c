@@ -190,7 +190,9 @@ static void op_run(idem__work *w) {
     idem__step_deliver_with_outcome(s, 0);
     break;
   case IDEM_OP_RESOLVE:
-    rc = idem_step_resolve(s, o->outcome, o->result, o->result_len);
+    rc = o->outcome ? idem_step_resolve(s, o->outcome, o->result,
+                                        o->result_len)
+                    : idem_step_no_check(s);
     break;
   case IDEM_OP_POLL: rc = idem_step_poll(s); break;
   case IDEM_OP_DELIVERED: rc = idem_step_delivered(s); break;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -234,6 +235,55 @@ static int page_all(idem_guard *g, idem_filter *f, listed *all) {
     }
   } while (all->n > before && ++pages < 10);
   return pages;
+}
+
+/* Nothing to check with (a front end that cannot call the status tool):
+** the step goes on as after unknown, and no check is counted - by the step
+** API and by the completion queue (outcome 0). */
+static void test_no_check(idem_guard *g) {
+  idem_metrics before, after;
+  idem_queue *q = NULL;
+  idem_completion c;
+  idem_record *r;
+  idem_step *s;
+  size_t got = 0;
+  struct pollfd pfd;
+  memset(&before, 0, sizeof before);
+  before.size = sizeof before;
+  after = before;
+  CHECK_INT(idem_metrics_read(&before), IDEM_OK);
+  s = timed_out(g, "nc", "n1", 41, "t1");
+  CHECK_INT(idem_step_no_check(s), IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  idem_step_free(s);
+  s = timed_out(g, "nc", "n2", 42, "t2");
+  CHECK_INT(idem_queue_open(g, &q), IDEM_OK);
+  CHECK_INT(idem_queue_resolve(q, s, 0, NULL, 0, 0, NULL), IDEM_OK);
+  pfd.fd = idem_queue_fd(q);
+  pfd.events = POLLIN;
+  CHECK_INT(poll(&pfd, 1, 10000), 1);
+  memset(&c, 0, sizeof c);
+  c.size = sizeof c;
+  CHECK_INT(idem_queue_pop(q, &c, 1, &got), IDEM_OK);
+  CHECK_INT((int)got, 1);
+  CHECK_INT(c.rc, IDEM_OK);
+  CHECK_INT(idem_step_answer(s), IDEM_ANSWER_OUTCOME_UNKNOWN);
+  idem_queue_close(q);
+  idem_step_free(s);
+  CHECK_INT(idem_metrics_read(&after), IDEM_OK);
+  for (int i = 0; i < 5; i++)
+    CHECK_INT((int)(after.checks[i] - before.checks[i]), 0);
+  for (int i = 1; i <= 2; i++) {
+    char call[8];
+    snprintf(call, sizeof call, "n%d", i);
+    if ((r = record(g, "nc", call)) != NULL) {
+      CHECK_INT(r->state, IDEM_STATE_IN_DOUBT);
+      CHECK(r->last_check == NULL);
+      CHECK_INT((int)r->checks, 0);
+      CHECK(r->check_with != NULL); /* still told what to check with */
+    }
+    idem_record_free(r);
+  }
 }
 
 static void test_listings(idem_guard *g) {
@@ -686,6 +736,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   test_checks(g);
+  test_no_check(g);
   test_listings(g);
   test_metrics(g);
   test_tally(g);

@@ -287,8 +287,8 @@ export class Tool {
           n = await D.poll(G, s, told = deliver());
         } else if (n === D.NEXT.EXECUTE) {
           [n, late] = await this.#execute(G, s, fn, told = deliver());
-        } else if (this.status === null) { // CHECK, none of our own
-          n = await D.resolve(G, s, D.OUTCOME.UNKNOWN, null,
+        } else if (this.status === null) { // CHECK, none of our own:
+          n = await D.resolve(G, s, 0, null, // none is made
             told = deliver());
         } else {
           n = await this.#check(G, s, told = deliver());

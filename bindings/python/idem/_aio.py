@@ -355,8 +355,8 @@ class _Drive:
         report it; the step's next."""
         s, t = self.step, self.tool
         fn = t.status if is_check else t.fn
-        if fn is None:  # CHECK without a status function: unknown
-            return await self.resolve((_UNKNOWN, None, None))
+        if fn is None:  # CHECK without a status function: none is made
+            return await self.resolve((0, None, None))
         a = json.loads(G._raw_text(s, G._step_check_target if is_check
                                    else G._step_args))
         key = _decode(G._step_check_key(s) if is_check else G._step_key(s))
