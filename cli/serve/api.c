@@ -16,7 +16,6 @@
 ** cursor is the last record's (created, session, call_id), as hex of a
 ** JSON array: opaque to clients, and checked when it comes back.
 */
-#include <ctype.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -25,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "parse.h"
 #include "serve.h"
 
 #define PAGE 50
@@ -111,67 +111,19 @@ static int page_row(void *ctx, const idem_record *r) {
   return 0;
 }
 
-/* The cursor after (created, session, call_id) into w's "next". */
+/* The cursor after the page's last record into w's "next" (null: no page
+** after it). */
 static void put_cursor(cli_jsonw *w, const page *p) {
-  cli_jsonw inner;
-  size_t i;
-  char *hex;
+  char *next;
   if (!p->more) {
     cli_jsonw_raw(w, "next", "null");
     return;
   }
-  cli_jsonw_init(&inner, w->c, (size_t)1 << 16);
-  cli_jsonw_num(&inner, "c", p->last_created);
-  cli_jsonw_str(&inner, "s", p->last_session);
-  cli_jsonw_str(&inner, "i", p->last_call);
-  if (inner.err || !(hex = malloc(2 * inner.b.len + 3))) {
-    w->err = 1;
-    cli_outbuf_free(&inner.b);
-    return;
-  }
-  /* {"c":...} without its braces: "c":N,"s":S,"i":C */
-  hex[0] = '\0';
-  for (i = 0; i < inner.b.len; i++)
-    sprintf(hex + 2 * i, "%02x", (unsigned char)inner.b.p[i]);
-  cli_jsonw_str(w, "next", hex);
-  free(hex);
-  cli_outbuf_free(&inner.b);
-}
-
-/* after=CURSOR into f (its strings owned by *held: json_decref it); -1
-** when it is not a cursor this console made. */
-static int take_cursor(const char *hex, idem_filter *f, json_t **held) {
-  size_t n = strlen(hex), i;
-  char *text;
-  json_t *o;
-  unsigned v;
-  *held = NULL;
-  if (n % 2 || n > 8192 || !(text = malloc(n / 2 + 3))) return -1;
-  text[0] = '{';
-  for (i = 0; i < n / 2; i++) {
-    if (!isxdigit((unsigned char)hex[2 * i]) ||
-        !isxdigit((unsigned char)hex[2 * i + 1]) ||
-        sscanf(hex + 2 * i, "%2x", &v) != 1) {
-      free(text);
-      return -1;
-    }
-    text[1 + i] = (char)v;
-  }
-  text[1 + n / 2] = '}';
-  o = json_loadb(text, n / 2 + 2, 0, NULL);
-  free(text);
-  if (!o || !json_is_integer(json_object_get(o, "c")) ||
-      !json_is_string(json_object_get(o, "s")) ||
-      !json_is_string(json_object_get(o, "i")) ||
-      json_integer_value(json_object_get(o, "c")) <= 0) {
-    json_decref(o);
-    return -1;
-  }
-  f->after_created = json_integer_value(json_object_get(o, "c"));
-  f->after_session = json_string_value(json_object_get(o, "s"));
-  f->after_call_id = json_string_value(json_object_get(o, "i"));
-  *held = o;
-  return 0;
+  next = serve_cursor_make(w->c, p->last_created, p->last_session,
+                           p->last_call);
+  if (!next) w->err = 1;
+  cli_jsonw_str(w, "next", next);
+  free(next);
 }
 
 static int state_bit(const char *name, unsigned *bits) {
@@ -188,7 +140,7 @@ static int state_bit(const char *name, unsigned *bits) {
 static void list(serve *s, struct MHD_Connection *c, idem_filter *f,
                  serve_reply *out) {
   const char *lim = arg(c, "limit"), *after = arg(c, "after");
-  json_t *held = NULL;
+  serve_cursor cur = {0, NULL, NULL, NULL};
   idem_canon *canon = NULL;
   cli_jsonw w;
   page p;
@@ -200,12 +152,15 @@ static void list(serve *s, struct MHD_Connection *c, idem_filter *f,
                 PAGE_MAX, lim);
     return;
   }
-  if (after && take_cursor(after, f, &held) != 0) {
+  if (after && serve_cursor_read(after, &cur) != 0) {
     serve_error(out, 400, "after is not a cursor this console gave");
     return;
   }
+  f->after_created = cur.created;
+  f->after_session = cur.session;
+  f->after_call_id = cur.call_id;
   if (idem_canon_open(&canon) != IDEM_OK) {
-    json_decref(held);
+    json_decref(cur.held);
     serve_error(out, 500, "out of memory");
     return;
   }
@@ -233,7 +188,7 @@ static void list(serve *s, struct MHD_Connection *c, idem_filter *f,
   }
   free(p.last_session);
   free(p.last_call);
-  json_decref(held);
+  json_decref(cur.held);
   idem_canon_close(canon);
 }
 
@@ -361,11 +316,6 @@ static void get_info(serve *s, serve_reply *out) {
 
 /* ---- the verdict ------------------------------------------------------------ */
 
-static const char *member(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 /* A verdict refused because the action is no longer in doubt: say what it
 ** is now, and who settled it when an operator did. */
 static void refuse_settled(serve *s, const char *session, const char *call,
@@ -398,74 +348,46 @@ static void refuse_settled(serve *s, const char *session, const char *call,
 
 static void post_resolve(serve *s, struct MHD_Connection *c, const char *body,
                          size_t len, serve_reply *out) {
-  json_error_t jerr;
-  json_t *o = json_loadb(body, len, 0, &jerr);
-  const char *session, *call, *verdict, *result, *reason, *by;
   const union MHD_ConnectionInfo *peer;
-  char who[300], host[64] = "?";
+  char who[300], host[64] = "?", err[300];
+  serve_verdict v;
   idem_record *r = NULL;
-  int outcome, rc;
-  if (!json_is_object(o)) {
-    serve_error(out, 400, "the body is not a JSON object: %s",
-                o ? "another value" : jerr.text);
-    json_decref(o);
+  int rc;
+  if (serve_verdict_read(body, len, &v, err, sizeof err) != 0) {
+    serve_error(out, 400, "%s", err);
     return;
   }
-  session = member(o, "session");
-  call = member(o, "call_id");
-  verdict = member(o, "verdict");
-  result = member(o, "result");
-  reason = member(o, "reason");
-  by = member(o, "by");
-  if (!session || !call) {
-    serve_error(out, 400, "session and call_id (strings) are required");
-  } else if (!verdict || (strcmp(verdict, "applied") != 0 &&
-                          strcmp(verdict, "not_applied") != 0)) {
-    serve_error(out, 400, "verdict is \"applied\" or \"not_applied\"");
-  } else if (json_object_get(o, "result") && !json_is_null(json_object_get(
-                                                 o, "result")) && !result) {
-    serve_error(out, 400, "result is JSON text, in a string");
-  } else if (strcmp(verdict, "not_applied") == 0 && (!reason || !*reason)) {
-    serve_error(out, 400, "not applied needs a reason (what the provider "
-                          "said)");
-  } else if (strcmp(verdict, "not_applied") == 0 && result && *result) {
-    serve_error(out, 400, "a result goes with applied");
+  if (!v.by) {
+    peer = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (peer && peer->client_addr)
+      getnameinfo(peer->client_addr,
+                  peer->client_addr->sa_family == AF_INET6
+                      ? sizeof(struct sockaddr_in6)
+                      : sizeof(struct sockaddr_in),
+                  host, sizeof host, NULL, 0, NI_NUMERICHOST);
+    snprintf(who, sizeof who, "idem serve (%s)", host);
   } else {
-    if (result && !*result) result = NULL;
-    if (!by || !*by) {
-      peer = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-      if (peer && peer->client_addr)
-        getnameinfo(peer->client_addr,
-                    peer->client_addr->sa_family == AF_INET6
-                        ? sizeof(struct sockaddr_in6)
-                        : sizeof(struct sockaddr_in),
-                    host, sizeof host, NULL, 0, NI_NUMERICHOST);
-      snprintf(who, sizeof who, "idem serve (%s)", host);
-    } else {
-      snprintf(who, sizeof who, "%.200s (idem serve)", by);
-    }
-    outcome = strcmp(verdict, "applied") == 0 ? IDEM_OUTCOME_APPLIED
-                                              : IDEM_OUTCOME_NOT_APPLIED;
-    rc = idem_guard_resolve(s->g, session, call, outcome, result,
-                            result ? strlen(result) : 0, reason, who);
-    if (rc == IDEM_INVALID)
-      serve_error(out, 400, "result is not JSON text; nothing was changed");
-    else if (rc == IDEM_NOTFOUND)
-      serve_error(out, 404, "no record of call %s in session %s", call,
-                  session);
-    else if (rc == IDEM_STALE)
-      refuse_settled(s, session, call, out);
-    else if (rc)
-      serve_error(out, 500, "%s", idem_guard_errmsg(s->g));
-    else if (idem_guard_record(s->g, session, call, &r) != IDEM_OK)
-      serve_error(out, 500, "resolved, but the record could not be read "
-                            "back: %s",
-                  idem_guard_errmsg(s->g));
-    else
-      answer_record(s, r, 1, out);
+    snprintf(who, sizeof who, "%.200s (idem serve)", v.by);
   }
+  rc = idem_guard_resolve(s->g, v.session, v.call_id, v.outcome, v.result,
+                          v.result ? strlen(v.result) : 0, v.reason, who);
+  if (rc == IDEM_INVALID)
+    serve_error(out, 400, "result is not JSON text; nothing was changed");
+  else if (rc == IDEM_NOTFOUND)
+    serve_error(out, 404, "no record of call %s in session %s", v.call_id,
+                v.session);
+  else if (rc == IDEM_STALE)
+    refuse_settled(s, v.session, v.call_id, out);
+  else if (rc)
+    serve_error(out, 500, "%s", idem_guard_errmsg(s->g));
+  else if (idem_guard_record(s->g, v.session, v.call_id, &r) != IDEM_OK)
+    serve_error(out, 500, "resolved, but the record could not be read back: "
+                          "%s",
+                idem_guard_errmsg(s->g));
+  else
+    answer_record(s, r, 1, out);
   idem_record_free(r);
-  json_decref(o);
+  serve_verdict_free(&v);
 }
 
 void serve_api(serve *s, struct MHD_Connection *c, const char *method,
