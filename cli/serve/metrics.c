@@ -2,9 +2,11 @@
 ** metrics.c - /metrics of `idem serve`, in Prometheus text format 0.0.4
 ** (docs/CONSOLE.md, "Metrics").  Two sources, named apart:
 **
-**   idem_actions, idem_in_doubt*, idem_log_*   the log, read in one pass
-**       (idem_guard_tally) at each scrape: every process's calls, as long
-**       as their records are kept.  Gauges, since gc removes records.
+**   idem_actions, idem_in_doubt*, idem_log_*   the log at each scrape:
+**       one pass (idem_guard_tally), and the pending actions whose holder
+**       is gone (in doubt too, as the page lists them).  Every process's
+**       calls, as long as their records are kept; gauges, since gc removes
+**       records.
 **   idem_process_*, idem_guard_latency_seconds   this process's guards
 **       (idem_metrics_read), counters since it started: what the log
 **       cannot know, a replay writes nothing.  A console that only serves
@@ -103,6 +105,16 @@ static int tally_row(void *ctx, const idem_tally *r) {
   return t->err;
 }
 
+/* A pending action whose holder is gone or whose lease ran out: in doubt
+** as the page lists it (idem_filter.recoverable), though its state is
+** still pending.  Pending actions are the few in flight. */
+static int stranded(void *ctx, const idem_record *r) {
+  tally_sum *t = ctx;
+  t->in_doubt++;
+  if (!t->oldest || r->created < t->oldest) t->oldest = r->created;
+  return 0;
+}
+
 /* The log's part; nonzero when it could not be read (msg says why). */
 static int log_part(serve *s, cli_outbuf *b, long long now) {
   tally_sum t;
@@ -114,6 +126,14 @@ static int log_part(serve *s, cli_outbuf *b, long long now) {
                    "# TYPE idem_actions gauge\n");
   rc = idem_guard_tally(s->g, tally_row, &t);
   flush_tool(&t);
+  if (rc == IDEM_OK) {
+    idem_filter f;
+    memset(&f, 0, sizeof f);
+    f.size = sizeof f;
+    f.states = 1u << IDEM_STATE_PENDING;
+    f.recoverable = 1;
+    rc = idem_guard_list(s->g, &f, stranded, &t);
+  }
   t.err |= putf(b, "# HELP idem_in_doubt Actions in doubt now: waiting for "
                    "a status check, a late result, settle_ms or a person.\n"
                    "# TYPE idem_in_doubt gauge\n"

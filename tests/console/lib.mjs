@@ -138,6 +138,7 @@ export class Story {
       b1: { order_id: 'oB', amount_cents: 2500 },
       b2: { order_id: 'oB', amount_cents: 2500 },
       p1: { order_id: 'oP', amount_cents: 300 },
+      s1: { order_id: 'oS', amount_cents: 700 },
     };
     this.keys = {};
   }

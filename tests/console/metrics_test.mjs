@@ -273,6 +273,20 @@ try {
   eq(after && value(after, 'idem_in_doubt'), 0, 'all resolved: none');
   eq(after && value(after, 'idem_process_verdicts_total'), 2,
     'all resolved: two verdicts by this process');
+  // a front end killed after its durable write, before the tool ran: the
+  // action is pending under a holder that is gone - in doubt, as the page
+  // lists it, and counted so
+  r = await story.exec('s1', 't9', 'ok', { IDEM_CRASH_AT:
+    'after_pending_commit' });
+  ok(r.code !== 0 && r.env === null, 's1: the front end died', r);
+  eq(story.total(), 4, 's1: nothing ran');
+  const stranded = await scrape('stranded');
+  eq(stranded && value(stranded, 'idem_in_doubt'), 1,
+    'stranded: the pending action of a dead front end is in doubt');
+  eq(stranded && value(stranded, 'idem_actions', { ...tool,
+    state: 'pending', resolution: 'none' }), 1, 'stranded: its state pending');
+  eq((await pages('/api/doubt', 5)).map((x) => x.call_id), ['s1'],
+    'stranded: /api/doubt lists it');
 } catch (e) {
   ok(false, `the scrapes: ${e.stack || e}`);
 } finally {
