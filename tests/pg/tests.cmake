@@ -40,4 +40,10 @@ if(NODE)
     sh -c "exec \"$0\" \"$1\" \"$2\" \"$IDEM_PG_URL\"" ${NODE}
     ${CMAKE_CURRENT_SOURCE_DIR}/console/browser_test.mjs $<TARGET_FILE:idem>)
   idem_console_test(console_browser_pg)
+  # and its /metrics and /api against a PostgreSQL log
+  add_test(NAME console_metrics_pg COMMAND ${BASH}
+    ${CMAKE_CURRENT_SOURCE_DIR}/pg/with_server.sh
+    sh -c "exec \"$0\" \"$1\" \"$2\" \"$IDEM_PG_URL\"" ${NODE}
+    ${CMAKE_CURRENT_SOURCE_DIR}/console/metrics_test.mjs $<TARGET_FILE:idem>)
+  idem_console_test(console_metrics_pg)
 endif()
