@@ -331,6 +331,13 @@ try {
   const r2 = await api.resolve({ session: S, call_id: 'x1',
     verdict: 'applied', reason: 'found it too' });
   eq(r2.status, 200, `x1 resolved by the API (${r2.text})`);
+  // the read-only page, left open, drops x1 by itself (kept current every
+  // 10 s), without a reload
+  await p4.bringToFront();
+  await p4.waitForFunction(() => !document.querySelector('tr.doubt-row'),
+    { timeout: 30000 }).catch(() => {});
+  eq(await p4.$$eval('tr.doubt-row', (rs) => rs.length), 0,
+    'the open list keeps current: x1 gone without a reload');
   await p1.bringToFront();
   await p1.reload({ waitUntil: 'load' });
   await p1.waitForSelector('#doubt-empty', { visible: true, ...T })

@@ -436,6 +436,14 @@ async function start() {
       .catch(e => fail(e.message)));
   window.addEventListener('hashchange', route);
   await route();
+  // the list of actions in doubt stays current while it is looked at
+  // (not while a verdict is being written, nor past its first page)
+  setInterval(() => {
+    const h = location.hash || '#/';
+    if ((h === '#/' || h === '#') && !$('#resolve-dialog').open &&
+        !doubtNext && !document.hidden)
+      showDoubt(false).catch(e => fail(e.message));
+  }, 10000);
 }
 
 document.addEventListener('DOMContentLoaded', start);
