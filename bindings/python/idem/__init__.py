@@ -28,7 +28,8 @@ from .errors import (
     NumberUnderflowError, BigIntError, DepthError, TooBigError, BOMError,
     NotObjectError, PolicyError, NotFoundError, StoreError, BusyError,
     CorruptError, StaleError, ToolOutcome, Rejected, NotApplied)
-from .core import canon, key, Key, Policy, strerror, version
+from .core import (canon, key, Key, Policy, strerror, version,
+                   process_metrics)
 from .guard import (Guard, Step, GuardedTool, Envelope, Outcome, Next,
                     current_key, http_missing)
 from .natural import call_context, current_call, CallContext
@@ -47,6 +48,7 @@ __all__ = [
     "Guard", "Step", "GuardedTool", "Envelope", "Outcome", "Next", "ToolCall",
     "APPLIED", "REJECTED", "NOT_APPLIED", "UNKNOWN", "library_path",
     "current_key", "http_missing", "call_context", "current_call", "CallContext",
+    "process_metrics",
 ]
 
 __version__ = "0.4.0"

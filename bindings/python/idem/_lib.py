@@ -175,6 +175,23 @@ class Completion(ctypes.Structure):
                 ("answer", c_int), ("errmsg", c_char_p)]
 
 
+LATENCY_BUCKETS = 16  # IDEM_LATENCY_BUCKETS
+
+
+class Metrics(ctypes.Structure):
+    """idem_metrics: this process's counters (idem_metrics_read)."""
+    _fields_ = [("size", c_size_t), ("answers", ctypes.c_longlong * 9),
+                ("replays", ctypes.c_longlong),
+                ("fenced", ctypes.c_longlong),
+                ("coalesced", ctypes.c_longlong),
+                ("attempts", ctypes.c_longlong), ("late", ctypes.c_longlong),
+                ("checks", ctypes.c_longlong * 5),
+                ("resolved", ctypes.c_longlong),
+                ("latency_le", ctypes.c_longlong * LATENCY_BUCKETS),
+                ("latency_count", ctypes.c_longlong),
+                ("latency_sum_us", ctypes.c_longlong)]
+
+
 def _fn(name: str, restype: Any, *argtypes: Any) -> Any:
     f = getattr(lib, name)
     f.restype = restype
@@ -190,6 +207,8 @@ status_name = _fn("idem_status_name", c_char_p, c_int)
 version = _fn("idem_version", c_char_p)
 version_number = _fn("idem_version_number", ctypes.c_uint)
 free = _fn("idem_free", None, c_void_p)
+metrics_read = _fn("idem_metrics_read", c_int, P(Metrics))
+latency_bound_us = _fn("idem_latency_bound_us", ctypes.c_longlong, c_int)
 
 canon_open = _fn("idem_canon_open", c_int, PP)
 canon_close = _fn("idem_canon_close", None, c_void_p)

@@ -248,3 +248,43 @@ def strerror(code: int) -> str:
 def version() -> str:
     """The version of the libidem actually loaded."""
     return L.version().decode()  # type: ignore[no-any-return]
+
+
+_ANSWERS = ("succeeded", "failed", "outcome_unknown", "already_applied",
+            "conflict", "in_progress", "refused", "invalid_arguments")
+_CHECKS = ("applied", "rejected", "not_applied", "unknown")
+
+
+def process_metrics() -> Dict[str, Any]:
+    """This process's counters: what every guard of the process has done
+    since it started (idem_metrics_read) - what the attempt log cannot
+    know, since a replay writes nothing.  Export them from the process
+    that makes the calls (docs/CONSOLE.md names each one)::
+
+        {"answers": {"succeeded": N, ...}, "replays": N, "fenced": N,
+         "coalesced": N, "attempts": N, "late": N,
+         "checks": {"applied": N, ...}, "resolved": N,
+         "latency": {"buckets": [(le_seconds, cumulative count), ...],
+                     "count": N, "sum_seconds": S}}
+    """
+    m = L.Metrics()
+    m.size = ctypes.sizeof(m)
+    rc = L.metrics_read(ctypes.byref(m))
+    if rc:
+        raise error_for(rc, "idem_metrics_read: the library is older "
+                        "than this binding")
+    buckets = []
+    for i in range(L.LATENCY_BUCKETS):
+        bound = L.latency_bound_us(i)
+        if bound < 0:
+            break
+        buckets.append((bound / 1e6, m.latency_le[i]))
+    return {
+        "answers": {n: m.answers[i + 1] for i, n in enumerate(_ANSWERS)},
+        "replays": m.replays, "fenced": m.fenced, "coalesced": m.coalesced,
+        "attempts": m.attempts, "late": m.late,
+        "checks": {n: m.checks[i + 1] for i, n in enumerate(_CHECKS)},
+        "resolved": m.resolved,
+        "latency": {"buckets": buckets, "count": m.latency_count,
+                    "sum_seconds": m.latency_sum_us / 1e6},
+    }

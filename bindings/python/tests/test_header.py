@@ -65,6 +65,7 @@ def struct_fields(text, name):
             names.append(fp.group(1))
             continue
         for part in decl.split(","):
+            part = re.sub(r"\[[^]]*\]", "", part)  # an array's length
             names.append(re.findall(r"\w+", part)[-1])
     return names
 
@@ -199,6 +200,11 @@ class Header(unittest.TestCase):
             with self.subTest(struct=cname):
                 self.assertEqual([f for f, _ in cls._fields_],
                                  struct_fields(self.text, cname))
+        # the counters the library fills, member for member
+        self.assertEqual([f for f, _ in _lib.Metrics._fields_],
+                         struct_fields(self.text, "idem_metrics"))
+        self.assertEqual(_lib.LATENCY_BUCKETS,
+                         define(self.text, "IDEM_LATENCY_BUCKETS"))
         # and the record the library fills, read field by field
         self.assertEqual([f for f, _ in _lib.Record._fields_],
                          struct_fields(self.text, "idem_record"))
@@ -208,6 +214,9 @@ class Header(unittest.TestCase):
             "typedef struct x { size_t size; /* a, b */ int (*run)(void *c,"
             " int n); const char *a, *b; } x;", "x"),
             ["size", "run", "a", "b"])
+        self.assertEqual(struct_fields(
+            "typedef struct y { long long v[9]; int n[X_N], m; } y;", "y"),
+            ["v", "n", "m"])
 
     def test_the_parser_reads_what_it_should(self):
         # the parser itself: a header with a code the binding lacks fails

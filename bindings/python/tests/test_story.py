@@ -12,6 +12,12 @@ from tests.support import (idem, ARGS, REFUND_POLICY, NOCHECK_POLICY, policy,
                            Provider, LogTest, next_turn, PKG)
 
 
+def _get(d, keys):
+    for k in keys:
+        d = d[k]
+    return d
+
+
 class RefundStory(LogTest):
     def setUp(self):
         super().setUp()
@@ -71,6 +77,26 @@ class RefundStory(LogTest):
         self.assertGreaterEqual(rec["delivered"], rec["created"])
         self.assertEqual(rec["args"],
                          '{"amount_cents":6000,"order_id":"ord_1"}')
+
+    def test_process_metrics_count_this_process(self):
+        # what the log cannot know: answers, replays, attempts, latency
+        before = idem.process_metrics()
+        self.refund("sess_m", "c1", ARGS)            # runs
+        self.refund("sess_m", "c1", ARGS)            # replays
+        after = idem.process_metrics()
+        d = lambda *k: (_get(after, k) - _get(before, k))
+        self.assertEqual(d("answers", "succeeded"), 2)
+        self.assertEqual(d("replays"), 1)
+        self.assertEqual(d("attempts"), 1)
+        self.assertEqual(d("latency", "count"), 2)
+        self.assertGreater(d("latency", "sum_seconds"), 0)
+        b = after["latency"]["buckets"]
+        self.assertEqual(len(b), 16)
+        self.assertEqual([le for le, _ in b], sorted(le for le, _ in b))
+        self.assertEqual([n for _, n in b], sorted(n for _, n in b))
+        self.assertLessEqual(b[-1][1], after["latency"]["count"])
+        self.assertEqual(set(after["checks"]),
+                         {"applied", "rejected", "not_applied", "unknown"})
 
     def test_bad_arguments_refused_read_only_are_answers(self):
         env = self.refund("sess_1", "toolu_10",
