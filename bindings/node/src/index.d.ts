@@ -72,6 +72,25 @@ export class Tool<A = any> {
 /** The key of the guarded call whose tool function is running, or null. */
 export function currentKey(): string | null;
 
+/** This process's counters (idem_metrics_read): what every guard of the
+ * process has done since it started.  docs/CONSOLE.md names each one. */
+export interface ProcessMetrics {
+  answers: Record<'succeeded' | 'failed' | 'outcome_unknown' |
+    'already_applied' | 'conflict' | 'in_progress' | 'refused' |
+    'invalid_arguments', number>;
+  replays: number;
+  fenced: number;
+  coalesced: number;
+  attempts: number;
+  late: number;
+  checks: Record<'applied' | 'rejected' | 'not_applied' | 'unknown', number>;
+  resolved: number;
+  /** cumulative buckets: [upper bound in seconds, calls within it] */
+  latency: { buckets: Array<[number, number]>; count: number;
+    sumSeconds: number };
+}
+export function processMetrics(): ProcessMetrics;
+
 type Session<C> = string | ((ctx: C) => string);
 
 export const withIdem: {

@@ -3,3 +3,4 @@
 export { Guard, Tool, currentKey } from './guard.js';
 export { withIdem, idemModel } from './adapters.js';
 export * from './errors.js';
+export { processMetrics } from './metrics.js';

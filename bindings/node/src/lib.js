@@ -78,6 +78,7 @@ export function load() {
 }
 
 let cached = null;
+export const LATENCY_BUCKETS = 16; // IDEM_LATENCY_BUCKETS
 
 /** The bound library, loaded on first use (so that importing the package
  * never fails: the first Guard says what is missing). */
@@ -98,6 +99,15 @@ export function lib() {
     size: 'size_t', user: 'intptr_t', step: 'void *', op: 'int', rc: 'int',
     next: 'int', answer: 'int', errmsg: 'const char *',
   });
+  // idem_metrics (idem.h): this process's counters (idem_metrics_read)
+  const Metrics = koffi.struct('idem_metrics', {
+    size: 'size_t', answers: koffi.array('long long', 9),
+    replays: 'long long', fenced: 'long long', coalesced: 'long long',
+    attempts: 'long long', late: 'long long',
+    checks: koffi.array('long long', 5), resolved: 'long long',
+    latency_le: koffi.array('long long', LATENCY_BUCKETS),
+    latency_count: 'long long', latency_sum_us: 'long long',
+  });
   const libc = koffi.load('libc.so.6');
   const L = {
     path: p,
@@ -105,6 +115,10 @@ export function lib() {
     callSize: koffi.sizeof(Call),
     Completion,
     completionSize: koffi.sizeof(Completion),
+    Metrics,
+    metricsSize: koffi.sizeof(Metrics),
+    metrics_read: F('int idem_metrics_read(_Inout_ idem_metrics *out)'),
+    latency_bound_us: F('long long idem_latency_bound_us(int i)'),
     dup: libc.func('int dup(int fd)'),
     strerror: F('const char *idem_strerror(int rc)'),
     status_name: F('const char *idem_status_name(int rc)'),

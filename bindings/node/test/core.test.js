@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Guard, currentKey, Rejected, StoreError, IdemError,
-  MisuseError } from '../src/index.js';
+  MisuseError, processMetrics } from '../src/index.js';
 import { guardOn, ledger, refundPolicy, tmpLog, plainEnv } from './helpers.js';
 
 const SRC = fileURLToPath(new URL('../src/index.js', import.meta.url));
@@ -39,6 +39,32 @@ test('replay, conflict, and one turn\'s identical calls: one refund',
     assert.equal(l.applied.length, 2, 'one refund per order');
     await guard.close();
   });
+
+test('processMetrics: this process\'s answers, replays, attempts and ' +
+  'latency', async () => {
+  const { guard } = guardOn('metrics');
+  const l = ledger();
+  const t = guard.tool('refund', async (a) => l.refund(a, 5));
+  const before = processMetrics();
+  const ids = { session: 'm1', callId: 'c1' };
+  assert.equal((await t.call(ids, { order: 'om', amount: 5 })).status,
+    'succeeded');
+  assert.equal((await t.call(ids, { order: 'om', amount: 5 })).replayed,
+    true);
+  const after = processMetrics();
+  assert.equal(after.answers.succeeded - before.answers.succeeded, 2);
+  assert.equal(after.replays - before.replays, 1);
+  assert.equal(after.attempts - before.attempts, 1);
+  assert.equal(after.latency.count - before.latency.count, 2);
+  assert.ok(after.latency.sumSeconds > before.latency.sumSeconds);
+  const counts = after.latency.buckets.map(([, n]) => n);
+  assert.equal(counts.length, 16);
+  assert.deepEqual(counts, [...counts].sort((a, b) => a - b), 'cumulative');
+  assert.ok(counts[15] <= after.latency.count);
+  assert.deepEqual(Object.keys(after.checks),
+    ['applied', 'rejected', 'not_applied', 'unknown']);
+  await guard.close();
+});
 
 test('refused and invalid arguments are answers, not throws', async () => {
   const { guard } = guardOn('answers');

@@ -64,9 +64,13 @@ const STRUCTS = {
     'args_len', 'turn', 'own_check']],
   idem_completion: ['Completion', ['size', 'user', 'step', 'op', 'rc',
     'next', 'answer', 'errmsg']],
+  idem_metrics: ['Metrics', ['size', 'answers', 'replays', 'fenced',
+    'coalesced', 'attempts', 'late', 'checks', 'resolved', 'latency_le',
+    'latency_count', 'latency_sum_us']],
 };
 
-test('idem_call and idem_completion as koffi lays them out are the ' +
+test('idem_call, idem_completion and idem_metrics as koffi lays them ' +
+  'out are the ' +
   'compiler\'s', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idem-layout-'));
   try {
@@ -102,7 +106,8 @@ test('idem_call and idem_completion as koffi lays them out are the ' +
       const body = HEADER.match(new RegExp(
         `typedef struct ${st} \\{([\\s\\S]*?)\\} ${st};`))[1]
         .replace(/\/\*[\s\S]*?\*\//g, '');
-      const declared = [...body.matchAll(/(\w+);/g)].map((m) => m[1]);
+      const declared = [...body.matchAll(/(\w+)(?:\[\w*\])?;/g)]
+        .map((m) => m[1]);
       assert.deepEqual(declared, fields, st);
     }
   } finally {
