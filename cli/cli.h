@@ -72,10 +72,18 @@ void cli_print_help(FILE *f);
 
 /* Milliseconds of CLOCK_MONOTONIC, for the command's deadlines and waits. */
 long long cli_mono_ms(void);
+/* Milliseconds since the epoch (CLOCK_REALTIME), as the log's times are. */
+long long cli_wall_ms(void);
+/* ms since the epoch as 2026-12-05T01:02:03Z into buf ("-" for 0). */
+void cli_when(long long ms, char *buf, size_t n);
 /* Sleep ms milliseconds, through signals. */
 void cli_sleep_ms(long long ms);
 
 /* Parse a decimal size option value in [lo, hi]; 0 on success. */
+/* The enum idem_state named name ("in_doubt"), or 0. */
+int cli_state_by_name(const char *name);
+/* The n bytes at p as 2n lowercase hex digits and a NUL into out. */
+void cli_hex(const void *p, size_t n, char *out);
 int cli_parse_size(const char *opt, const char *s, size_t lo, size_t hi,
                    size_t *out);
 

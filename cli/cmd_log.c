@@ -31,12 +31,6 @@ static idem_guard *open_log(const char *given) {
   return g;
 }
 
-static int state_by_name(const char *name) {
-  for (int i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
-    if (strcmp(idem_state_name(i), name) == 0) return i;
-  return 0;
-}
-
 /* ---- printing records ------------------------------------------------------------ */
 
 /* Append the NUL-terminated s as it is (our own text); nonzero when out of
@@ -58,17 +52,6 @@ static int print_json(const idem_record *r, idem_canon *c) {
   return w.err;
 }
 
-static void when(long long ms, char *buf, size_t n) {
-  time_t t = (time_t)(ms / 1000);
-  struct tm tm;
-  if (ms <= 0) {
-    snprintf(buf, n, "-");
-    return;
-  }
-  gmtime_r(&t, &tm);
-  strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 typedef struct ls_ctx {
   int json, failed;
   size_t n;
@@ -81,7 +64,7 @@ static int ls_row(void *arg, const idem_record *r) {
   cli_outbuf b;
   x->n++;
   if (x->json) return x->failed = print_json(r, x->c);
-  when(r->created, created, sizeof created);
+  cli_when(r->created, created, sizeof created);
   snprintf(tail, sizeof tail, " %-12s %3d  %s  ", idem_state_name(r->state),
            r->attempts, created);
   /* the ids and the key (which holds them) are the client's: shown */
@@ -114,7 +97,7 @@ static int show_num(cli_outbuf *b, const char *label, long long v) {
 
 static int show_when(cli_outbuf *b, const char *label, long long ms) {
   char t[32];
-  when(ms, t, sizeof t);
+  cli_when(ms, t, sizeof t);
   return show_line(b, label, t, 0);
 }
 
@@ -190,7 +173,7 @@ int cmd_ls(int argc, char **argv) {
     case 's': f.session = optarg; break;
     case 'D': f.recoverable = 1; break;
     case 'S':
-      if (!(state = state_by_name(optarg)))
+      if (!(state = cli_state_by_name(optarg)))
         return cli_usage("ls", "no state '%s'", optarg);
       f.states |= 1u << state;
       break;

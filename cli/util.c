@@ -159,12 +159,45 @@ static int hidden_cp(unsigned long c) {
          (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069);
 }
 
+int cli_state_by_name(const char *name) {
+  for (int i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
+    if (strcmp(idem_state_name(i), name) == 0) return i;
+  return 0;
+}
+
+void cli_hex(const void *p, size_t n, char *out) {
+  static const char digit[] = "0123456789abcdef";
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digit[b[i] >> 4];
+    out[2 * i + 1] = digit[b[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
 /* ---- time ------------------------------------------------------------------- */
 
 long long cli_mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+long long cli_wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void cli_when(long long ms, char *buf, size_t n) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  if (ms <= 0) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  gmtime_r(&t, &tm);
+  strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 void cli_sleep_ms(long long ms) {

@@ -13,8 +13,8 @@
 ** A listing is one page of at most limit (50; up to 500) records, oldest
 ** first, and "next", the cursor of the page after it (after=CURSOR), or
 ** null: a log of any size is read a page at a time, never whole.  The
-** cursor is the last record's (created, session, call_id), as hex of a
-** JSON array: opaque to clients, and checked when it comes back.
+** cursor names the page's last record (created, session, call_id):
+** opaque to clients, and checked when it comes back (parse.c).
 */
 #include <jansson.h>
 #include <netdb.h>
@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "parse.h"
 #include "serve.h"
@@ -35,12 +34,6 @@
 static const char *arg(struct MHD_Connection *c, const char *name) {
   const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
   return v && *v ? v : NULL;
-}
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- records ---------------------------------------------------------------- */
@@ -69,7 +62,8 @@ static void put_record(serve *s, cli_jsonw *w, const idem_record *r,
   if (cut && rlen > LIST_RESULT_MAX) shown.result = NULL;
   cli_jsonw_open(w);
   cli_jsonw_record(w, &shown);
-  if (shown.result != r->result) cli_jsonw_num(w, "result_bytes", (long long)rlen);
+  if (shown.result != r->result)
+    cli_jsonw_num(w, "result_bytes", (long long)rlen);
   cli_jsonw_raw(w, "executor_alive", alive < 0 ? "null"
                                      : alive   ? "true"
                                                : "false");
@@ -88,9 +82,8 @@ typedef struct page {
   cli_jsonw *w;
   size_t n, limit;
   long long now;
-  int more;                   /* a record past the page was seen */
-  long long last_created;     /* the page's last record */
-  char *last_session, *last_call;
+  char *next; /* the cursor after the page's last record */
+  int more;   /* a record past the page was seen */
 } page;
 
 static int page_row(void *ctx, const idem_record *r) {
@@ -101,39 +94,11 @@ static int page_row(void *ctx, const idem_record *r) {
   }
   if (p->n) p->w->err |= cli_outbuf_put(&p->w->b, ",", 1);
   put_record(p->s, p->w, r, p->now, 1);
-  p->n++;
-  free(p->last_session);
-  free(p->last_call);
-  p->last_created = r->created;
-  p->last_session = strdup(r->session);
-  p->last_call = strdup(r->call_id);
-  if (!p->last_session || !p->last_call) p->w->err = 1;
+  if (++p->n == p->limit &&
+      !(p->next = serve_cursor_make(p->w->c, r->created, r->session,
+                                    r->call_id)))
+    p->w->err = 1;
   return 0;
-}
-
-/* The cursor after the page's last record into w's "next" (null: no page
-** after it). */
-static void put_cursor(cli_jsonw *w, const page *p) {
-  char *next;
-  if (!p->more) {
-    cli_jsonw_raw(w, "next", "null");
-    return;
-  }
-  next = serve_cursor_make(w->c, p->last_created, p->last_session,
-                           p->last_call);
-  if (!next) w->err = 1;
-  cli_jsonw_str(w, "next", next);
-  free(next);
-}
-
-static int state_bit(const char *name, unsigned *bits) {
-  int i;
-  for (i = IDEM_STATE_PENDING; i <= IDEM_STATE_DEDUPLICATED; i++)
-    if (strcmp(idem_state_name(i), name) == 0) {
-      *bits |= 1u << i;
-      return 0;
-    }
-  return -1;
 }
 
 /* One page of the records under f, with limit and after from the query. */
@@ -141,7 +106,6 @@ static void list(serve *s, struct MHD_Connection *c, idem_filter *f,
                  serve_reply *out) {
   const char *lim = arg(c, "limit"), *after = arg(c, "after");
   serve_cursor cur = {0, NULL, NULL, NULL};
-  idem_canon *canon = NULL;
   cli_jsonw w;
   page p;
   char *end;
@@ -156,40 +120,36 @@ static void list(serve *s, struct MHD_Connection *c, idem_filter *f,
     serve_error(out, 400, "after is not a cursor this console gave");
     return;
   }
+  if (serve_json_open(out, &w, (size_t)1 << 30) != 0) {
+    json_decref(cur.held);
+    return;
+  }
   f->after_created = cur.created;
   f->after_session = cur.session;
   f->after_call_id = cur.call_id;
-  if (idem_canon_open(&canon) != IDEM_OK) {
-    json_decref(cur.held);
-    serve_error(out, 500, "out of memory");
-    return;
-  }
   memset(&p, 0, sizeof p);
   p.s = s;
   p.w = &w;
   p.limit = (size_t)v;
-  p.now = now_ms();
+  p.now = cli_wall_ms();
   f->limit = p.limit + 1; /* one more: is there a next page? */
-  cli_jsonw_init(&w, canon, (size_t)1 << 30);
   cli_jsonw_open(&w);
   cli_jsonw_key(&w, "items");
   w.err |= cli_outbuf_put(&w.b, "[", 1);
   rc = idem_guard_list(s->g, f, page_row, &p);
   w.err |= cli_outbuf_put(&w.b, "]", 1);
   w.first = 0;
-  put_cursor(&w, &p);
+  cli_jsonw_str(&w, "next", p.more ? p.next : NULL);
   cli_jsonw_num(&w, "now", p.now);
   cli_jsonw_close(&w);
   if (rc != IDEM_OK) {
-    cli_outbuf_free(&w.b);
+    serve_json_drop(&w);
     serve_error(out, 500, "reading the log: %s", idem_guard_errmsg(s->g));
   } else {
-    serve_take_json(out, 200, &w);
+    serve_json_done(out, 200, &w);
   }
-  free(p.last_session);
-  free(p.last_call);
+  free(p.next);
   json_decref(cur.held);
-  idem_canon_close(canon);
 }
 
 static void new_filter(idem_filter *f) {
@@ -208,6 +168,7 @@ static void get_records(serve *s, struct MHD_Connection *c, int session,
                         serve_reply *out) {
   idem_filter f;
   const char *state = arg(c, "state");
+  int st;
   new_filter(&f);
   f.session = arg(c, "session");
   if (session && !f.session) {
@@ -218,10 +179,11 @@ static void get_records(serve *s, struct MHD_Connection *c, int session,
     f.call_id = arg(c, "call_id");
     f.key = arg(c, "key");
     f.tool = arg(c, "tool");
-    if (state && state_bit(state, &f.states) != 0) {
+    if (state && !(st = cli_state_by_name(state))) {
       serve_error(out, 400, "no state '%.40s'", state);
       return;
     }
+    if (state) f.states = 1u << st;
   }
   list(s, c, &f, out);
 }
@@ -229,22 +191,16 @@ static void get_records(serve *s, struct MHD_Connection *c, int session,
 /* One action as an object in its own answer ("record", or the whole). */
 static void answer_record(serve *s, const idem_record *r, int wrapped,
                           serve_reply *out) {
-  idem_canon *canon = NULL;
   cli_jsonw w;
-  if (idem_canon_open(&canon) != IDEM_OK) {
-    serve_error(out, 500, "out of memory");
-    return;
-  }
-  cli_jsonw_init(&w, canon, (size_t)1 << 30);
+  if (serve_json_open(out, &w, (size_t)1 << 30) != 0) return;
   if (wrapped) {
     cli_jsonw_open(&w);
     cli_jsonw_raw(&w, "ok", "true");
     cli_jsonw_key(&w, "record");
   }
-  put_record(s, &w, r, now_ms(), 0);
+  put_record(s, &w, r, cli_wall_ms(), 0);
   if (wrapped) cli_jsonw_close(&w);
-  serve_take_json(out, 200, &w);
-  idem_canon_close(canon);
+  serve_json_done(out, 200, &w);
 }
 
 static void get_record(serve *s, struct MHD_Connection *c, serve_reply *out) {
@@ -267,7 +223,6 @@ static void get_record(serve *s, struct MHD_Connection *c, serve_reply *out) {
 
 static void get_stats(serve *s, serve_reply *out) {
   idem_stats st;
-  idem_canon *canon = NULL;
   cli_jsonw w;
   int i;
   memset(&st, 0, sizeof st);
@@ -276,11 +231,7 @@ static void get_stats(serve *s, serve_reply *out) {
     serve_error(out, 500, "reading the log: %s", idem_guard_errmsg(s->g));
     return;
   }
-  if (idem_canon_open(&canon) != IDEM_OK) {
-    serve_error(out, 500, "out of memory");
-    return;
-  }
-  cli_jsonw_init(&w, canon, 4096);
+  if (serve_json_open(out, &w, 4096) != 0) return;
   cli_jsonw_open(&w);
   cli_jsonw_key(&w, "by_state");
   cli_jsonw_open(&w);
@@ -289,29 +240,22 @@ static void get_stats(serve *s, serve_reply *out) {
   cli_jsonw_close(&w);
   cli_jsonw_num(&w, "total", st.records);
   cli_jsonw_close(&w);
-  serve_take_json(out, 200, &w);
-  idem_canon_close(canon);
+  serve_json_done(out, 200, &w);
 }
 
 static void get_info(serve *s, serve_reply *out) {
-  idem_canon *canon = NULL;
   cli_jsonw w;
-  if (idem_canon_open(&canon) != IDEM_OK) {
-    serve_error(out, 500, "out of memory");
-    return;
-  }
-  cli_jsonw_init(&w, canon, 8192);
+  if (serve_json_open(out, &w, 8192) != 0) return;
   cli_jsonw_open(&w);
   cli_jsonw_str(&w, "version", idem_version());
   cli_jsonw_str(&w, "log", s->log);
   cli_jsonw_raw(&w, "read_only", s->read_only ? "true" : "false");
   cli_jsonw_raw(&w, "policy", s->policy ? "true" : "false");
   cli_jsonw_str(&w, "csrf", s->read_only ? NULL : s->csrf);
-  cli_jsonw_num(&w, "now", now_ms());
+  cli_jsonw_num(&w, "now", cli_wall_ms());
   cli_jsonw_close(&w);
-  serve_take_json(out, 200, &w);
+  serve_json_done(out, 200, &w);
   out->set_csrf = !s->read_only;
-  idem_canon_close(canon);
 }
 
 /* ---- the verdict ------------------------------------------------------------ */
@@ -321,17 +265,14 @@ static void get_info(serve *s, serve_reply *out) {
 static void refuse_settled(serve *s, const char *session, const char *call,
                            serve_reply *out) {
   idem_record *r = NULL;
-  char when[40] = "";
+  char when[40];
   if (idem_guard_record(s->g, session, call, &r) != IDEM_OK) {
     serve_error(out, 409, "call %s of session %s is no longer in doubt", call,
                 session);
     return;
   }
   if (r->resolved_by) {
-    time_t t = (time_t)(r->resolved_at / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cli_when(r->resolved_at, when, sizeof when);
     serve_error(out, 409,
                 "call %s of session %s is no longer in doubt: it is %s, "
                 "resolved by %s at %s",

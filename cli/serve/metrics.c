@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "serve.h"
 
@@ -61,13 +60,17 @@ static int putf(cli_outbuf *b, const char *fmt, ...)
 #endif
     ;
 static int putf(cli_outbuf *b, const char *fmt, ...) {
-  char line[256];
   va_list ap;
   int n;
   va_start(ap, fmt);
-  n = vsnprintf(line, sizeof line, fmt, ap);
+  n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  return n < 0 || cli_outbuf_put(b, line, (size_t)n);
+  if (n < 0 || cli_outbuf_reserve(b, (size_t)n + 1)) return 1;
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+  return 0;
 }
 
 static void flush_tool(tally_sum *t) {
@@ -83,6 +86,12 @@ static void flush_tool(tally_sum *t) {
   t->attempts = t->checks = t->late = t->dedup = t->verdicts = 0;
 }
 
+/* n more actions in doubt, the oldest of them created then. */
+static void count_doubt(tally_sum *t, long long n, long long created) {
+  t->in_doubt += n;
+  if (!t->oldest || created < t->oldest) t->oldest = created;
+}
+
 static int tally_row(void *ctx, const idem_tally *r) {
   tally_sum *t = ctx;
   if (!t->tool || strcmp(t->tool, r->tool) != 0) {
@@ -94,10 +103,7 @@ static int tally_row(void *ctx, const idem_tally *r) {
   if (r->resolution == IDEM_RESOLVED_LATE) t->late += r->records;
   if (r->resolution == IDEM_RESOLVED_OPERATOR) t->verdicts += r->records;
   if (r->state == IDEM_STATE_DEDUPLICATED) t->dedup += r->records;
-  if (r->state == IDEM_STATE_IN_DOUBT) {
-    t->in_doubt += r->records;
-    if (!t->oldest || r->oldest < t->oldest) t->oldest = r->oldest;
-  }
+  if (r->state == IDEM_STATE_IN_DOUBT) count_doubt(t, r->records, r->oldest);
   t->err |= putf(t->b, "idem_actions{tool=\"") || put_label(t->b, r->tool) ||
             putf(t->b, "\",state=\"%s\",resolution=\"%s\"} %lld\n",
                  idem_state_name(r->state),
@@ -109,9 +115,7 @@ static int tally_row(void *ctx, const idem_tally *r) {
 ** as the page lists it (idem_filter.recoverable), though its state is
 ** still pending.  Pending actions are the few in flight. */
 static int stranded(void *ctx, const idem_record *r) {
-  tally_sum *t = ctx;
-  t->in_doubt++;
-  if (!t->oldest || r->created < t->oldest) t->oldest = r->created;
+  count_doubt(ctx, 1, r->created);
   return 0;
 }
 
@@ -212,11 +216,9 @@ static int process_part(cli_outbuf *b) {
 
 void serve_metrics(serve *s, serve_reply *out) {
   cli_outbuf b;
-  struct timespec ts;
   int rc;
-  clock_gettime(CLOCK_REALTIME, &ts);
   cli_outbuf_init(&b, (size_t)1 << 30);
-  rc = log_part(s, &b, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  rc = log_part(s, &b, cli_wall_ms());
   if (rc < 0) {
     cli_outbuf_free(&b);
     serve_error(out, 500, "reading the log: %s", idem_guard_errmsg(s->g));

@@ -14,17 +14,13 @@ char *serve_cursor_make(idem_canon *c, long long created, const char *session,
                         const char *call_id) {
   cli_jsonw w;
   char *hex = NULL;
-  size_t i;
   /* "c":N,"s":S,"i":C - an object's members without its braces */
   cli_jsonw_init(&w, c, (size_t)1 << 16);
   cli_jsonw_num(&w, "c", created);
   cli_jsonw_str(&w, "s", session);
   cli_jsonw_str(&w, "i", call_id);
-  if (!w.err && (hex = malloc(2 * w.b.len + 1))) {
-    hex[0] = '\0';
-    for (i = 0; i < w.b.len; i++)
-      sprintf(hex + 2 * i, "%02x", (unsigned char)w.b.p[i]);
-  }
+  if (!w.err && (hex = malloc(2 * w.b.len + 1)))
+    cli_hex(w.b.p, w.b.len, hex);
   cli_outbuf_free(&w.b);
   return hex;
 }

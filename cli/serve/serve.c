@@ -52,10 +52,15 @@ static enum MHD_Result send_reply(serve *s, struct MHD_Connection *c,
   struct MHD_Response *resp;
   enum MHD_Result ok;
   char cookie[96];
-  if (!r->body && r->len) return MHD_NO; /* out of memory: no answer */
-  resp = MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"",
-                                         r->body ? MHD_RESPMEM_MUST_FREE
-                                                 : MHD_RESPMEM_PERSISTENT);
+  if (r->page)
+    resp = MHD_create_response_from_buffer(r->len, (void *)r->page,
+                                           MHD_RESPMEM_PERSISTENT);
+  else if (!r->body && r->len)
+    return MHD_NO; /* out of memory: no answer */
+  else
+    resp = MHD_create_response_from_buffer(
+        r->len, r->body ? r->body : (void *)"",
+        r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
   if (!resp) {
     free(r->body);
     return MHD_NO;
@@ -166,9 +171,8 @@ static void answer_get(serve *s, struct MHD_Connection *c, const char *url,
     if (strcmp(url, a->path) == 0) {
       out->status = 200;
       out->type = a->type;
-      out->body = malloc(a->len ? a->len : 1);
+      out->page = a->data; /* the embedded bytes, sent as they are */
       out->len = a->len;
-      if (out->body) memcpy(out->body, a->data, a->len);
       return;
     }
   serve_error(out, 404, "no page %s", url);
@@ -180,7 +184,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                   size_t *upload_size, void **con_cls) {
   serve *s = cls;
   request *rq = *con_cls;
-  serve_reply out = {500, "application/json", NULL, 0, 0};
+  serve_reply out = {500, "application/json", NULL, NULL, 0, 0};
   int post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
   (void)version;
   if (!rq) { /* the headers are in: the body, if any, comes next */
@@ -195,8 +199,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     return MHD_YES;
   }
   if (!host_ok(s, c)) {
+    const char *host = header(c, MHD_HTTP_HEADER_HOST);
     serve_error(&out, 403, "refused: Host %s does not name this console",
-                header(c, MHD_HTTP_HEADER_HOST) ? header(c, "Host") : "(none)");
+                host ? host : "(none)");
   } else if (strcmp(url, "/api/resolve") == 0 && !s->read_only) {
     if (!post)
       serve_error(&out, 405, "/api/resolve takes a POST");
@@ -242,9 +247,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 static int random_hex(char *out, size_t bytes) {
   unsigned char r[64];
-  size_t i;
   if (bytes > sizeof r || getrandom(r, bytes, 0) != (ssize_t)bytes) return -1;
-  for (i = 0; i < bytes; i++) sprintf(out + 2 * i, "%02x", r[i]);
+  cli_hex(r, bytes, out);
   return 0;
 }
 

@@ -47,12 +47,13 @@ void serve_announce(const serve *s, FILE *f);
 /* Stop serving and close; NULL is a no-op. */
 void serve_stop(serve *s);
 
-/* An answer to one request: its status, media type and body (malloc'd;
-** MHD frees it). */
+/* An answer to one request: its status, media type and body - malloc'd
+** (MHD frees it), or page, one of the embedded files. */
 typedef struct serve_reply {
   unsigned status;
   const char *type;
   char *body;
+  const unsigned char *page;
   size_t len;
   int set_csrf; /* send the idem_csrf cookie */
 } serve_reply;
@@ -69,8 +70,13 @@ void serve_error(serve_reply *out, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-/* Take the bytes of w (its err set: a 500) as out's body. */
-void serve_take_json(serve_reply *out, unsigned status, cli_jsonw *w);
+/* A JSON answer: start it in w, with a canonicalizer of its own for the
+** strings (0; -1 when memory ran out, and out is then the 500), then
+** hand it over as out's body (a 500 if w ran out of room) and close w. */
+int serve_json_open(serve_reply *out, cli_jsonw *w, size_t cap);
+void serve_json_done(serve_reply *out, unsigned status, cli_jsonw *w);
+/* Drop w unsent (an answer that became an error). */
+void serve_json_drop(cli_jsonw *w);
 
 /* The embedded files of the page. */
 typedef struct serve_asset {
