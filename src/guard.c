@@ -3042,9 +3042,8 @@ int idem_guard_call(idem_guard *g, const idem_call *call,
       idem__free(error);
       break;
     case IDEM_NEXT_CHECK:
-      if (!tool->check) {
-        s->no_check = 1; /* nothing to check with: no check ran */
-        rc = idem_step_resolve(s, IDEM_OUTCOME_UNKNOWN, NULL, 0);
+      if (!tool->check) { /* nothing to check with */
+        rc = idem_step_no_check(s);
         break;
       }
       rc = run_tool(s, tool, 1, idem_step_deadline_ms(s), &outcome, &result,
