@@ -303,14 +303,14 @@ out:
 
 /* ---- tools ---------------------------------------------------------------------- */
 
+/* Annotations are the server's hints (SPEC §10, as amended 2026-12-06):
+** readOnlyHint true makes a tool read_only; idempotentHint alone never
+** makes it idempotent - a refund tool that wrongly claimed it would be
+** retried and left unrecorded.  Only the policy makes a tool idempotent. */
 int mcp_class_of(const json_t *tool) {
   const json_t *a = json_object_get(tool, "annotations");
-  if (!json_is_object(a)) return IDEM_CLASS_GUARDED;
-  if (json_is_true(json_object_get(a, "readOnlyHint")))
+  if (json_is_object(a) && json_is_true(json_object_get(a, "readOnlyHint")))
     return IDEM_CLASS_READ_ONLY;
-  if (json_is_true(json_object_get(a, "idempotentHint")) &&
-      !json_is_true(json_object_get(a, "destructiveHint")))
-    return IDEM_CLASS_IDEMPOTENT;
   return IDEM_CLASS_GUARDED;
 }
 

@@ -107,8 +107,8 @@ int mcp_put_with_meta(cli_outbuf *out, const char *obj, size_t len,
 /* ---- tools ------------------------------------------------------------------------- */
 
 /* The class a tool's annotations give it (SPEC §10): readOnlyHint true ->
-** read_only; idempotentHint true and destructiveHint not true ->
-** idempotent; anything else (no annotations at all) -> guarded. */
+** read_only; anything else (no annotations at all, idempotentHint alone)
+** -> guarded.  Never idempotent: only the policy says that. */
 int mcp_class_of(const json_t *tool);
 
 /* Does a status tool's result (the "result" member of its answer: parsed,

@@ -33,10 +33,12 @@ let d = await call(direct, "get_refund_status", { order_id: "nothing" });
 check(JSON.stringify(r) === JSON.stringify(d), "a read_only tool (policy) passes through unchanged", r, d);
 r = await call(client, "get_balance", {});
 check(!r.isError && body(r).balance_cents === 100000, "a tool annotated readOnlyHint passes through", r);
+// idempotentHint alone is a hint, not a class (SPEC 10, amended): guarded
 await call(client, "set_nickname", { name: "bo" }, { "io.idem/call_id": "nick" });
 r = await call(client, "set_nickname", { name: "bo" }, { "io.idem/call_id": "nick" });
-check(!r._meta && lines(`${ledger}.nicknames`).length === 2,
-      "a tool annotated idempotentHint runs every time, unrecorded", r, lines(`${ledger}.nicknames`));
+check(r._meta?.["io.idem/replayed"] === true && lines(`${ledger}.nicknames`).length === 1,
+      "a tool annotated idempotentHint alone is guarded: the repeat is replayed, it ran once", r,
+      lines(`${ledger}.nicknames`));
 
 // ---- a tool the policy does not name, without annotations: guarded
 r = await call(client, "send_receipt", { order_id: "o-r" }, { "io.idem/call_id": "rcpt_1" });

@@ -7,7 +7,9 @@
 //     readOnlyHint: true: it stays guarded - the same call id twice applies
 //     once and the repeat replays - and stderr says, once, which tool and
 //     which hint were ignored.
-//  b. send_gift, then listed with idempotentHint: true: the same.
+//  b. send_gift, then listed with idempotentHint: true: it stays guarded,
+//     and no hint was ignored - idempotentHint alone never made a tool
+//     idempotent (SPEC 10, amended 2026-12-06), so nothing weakened.
 //  c. set_label, first listed readOnlyHint: true, then without: the
 //     stronger class is taken (guarded), silently.
 //
@@ -32,7 +34,7 @@ const relisted = await annotationsOf("send_refund");
 check(relisted?.readOnlyHint === true, "the server re-lists send_refund with readOnlyHint: true", relisted);
 await client.listTools(); // a second re-list: no second line
 
-for (const [tag, tool, hint] of [["a", "send_refund", "readOnlyHint: true"], ["b", "send_gift", "idempotentHint: true"],
+for (const [tag, tool, hint] of [["a", "send_refund", "readOnlyHint: true"], ["b", "send_gift", null],
                                  ["c", "set_label", null]]) {
   const args = { order_id: `o-${tag}` };
   const r1 = await call(client, tool, args, { "io.idem/call_id": `${tag}1` });
@@ -47,7 +49,7 @@ for (const [tag, tool, hint] of [["a", "send_refund", "readOnlyHint: true"], ["b
                                                   "guarded before"),
           `${tag}: ... and stderr says once that ${tool}'s ${hint} was ignored`, said);
   else
-    check(said.length === 0, `${tag}: ... the stronger class taken without a word`, said);
+    check(said.length === 0, `${tag}: ... no hint ignored, no line saying so`, said);
 }
 
 const exit = await gw.close();
