@@ -489,7 +489,8 @@ enum {
   F_EXIT_CODES,
   F_HTTP,
   F_ON_IS_ERROR,
-  F_COALESCE_MS
+  F_COALESCE_MS,
+  F_NOTE
 };
 
 static const char *const TOOL_FIELDS[] = {"class",
@@ -512,6 +513,7 @@ static const char *const TOOL_FIELDS[] = {"class",
                                           "http",
                                           "on_is_error",
                                           "coalesce_ms",
+                                          "note",
                                           NULL};
 
 /* What only a guarded tool can have (NULL: any class): there is no record,
@@ -537,6 +539,7 @@ static const char *const GUARDED_ONLY[] = {NULL,
                                            NULL,
                                            "an on_is_error",
                                            "a coalesce_ms",
+                                           NULL,
                                            NULL};
 
 static const char *const CLASS_NAMES[] = {"guarded", "idempotent", "read_only",
@@ -1034,6 +1037,12 @@ static int parse_tool(ctx *c, json_t *obj, idem__tool_rule *r) {
     case F_ON_IS_ERROR:
       if (!(rc = want_enum(c, v, ANSWER_OUTCOMES, &i)))
         r->on_is_error = ANSWER_OUTCOME_VALUES[i];
+      break;
+    case F_NOTE: /* a person's words (a drafted policy's); never read */
+      rc = json_is_string(v) ? IDEM_OK
+                             : fail(c, "expected a string (a note for the "
+                                       "reader), found %s",
+                                    type_name(v));
       break;
     default: rc = parse_http(c, v, r); break;
     }

@@ -252,6 +252,19 @@ static void test_defaults(void) {
   if (p) CHECK_INT(rule(p, "t")->reconcile_timeout_ms, 7);
   idem_policy_free(p);
 
+  /* a note is any string, on a tool of any class, and changes nothing */
+  p = parse("{\"tools\": {\"t\": {\"class\": \"guarded\", \"note\": "
+            "\"add a status check\"}, \"r\": {\"class\": \"read_only\", "
+            "\"note\": \"\"}, \"i\": {\"class\": \"idempotent\", "
+            "\"note\": \"\\u00e9\"}}}",
+            IDEM_OK);
+  if (p) {
+    check_defaults_except_class(rule(p, "t"));
+    check_defaults_except_class(rule(p, "r"));
+    CHECK_INT(rule(p, "i")->cls, IDEM_CLASS_IDEMPOTENT);
+  }
+  idem_policy_free(p);
+
   /* an empty tools object is a valid policy that names nothing */
   p = parse("{\"tools\": {}}", IDEM_OK);
   if (p) CHECK_INT(p->ntools, 0);
