@@ -39,7 +39,11 @@ if [ "${1:-}" = "--peers" ]; then
     echo "install-deps: installing the npm test peers"
     (cd "$here/tests/peers" && npm ci --no-audit --no-fund --loglevel=error)
   fi
-  if [ ! -d "$here/tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
+  # the conformance suite and the node@22 it runs on came later: a checkout
+  # installed before them gets them too
+  if [ ! -d "$here/tests/mcp/node_modules/@modelcontextprotocol/sdk" ] ||
+     [ ! -d "$here/tests/mcp/node_modules/@modelcontextprotocol/conformance" ] ||
+     [ ! -x "$here/tests/mcp/node_modules/node/bin/node" ]; then
     echo "install-deps: installing the MCP test peers"
     (cd "$here/tests/mcp" && npm ci --no-audit --no-fund --loglevel=error)
   fi
