@@ -29,6 +29,7 @@ void gw_gcall_free(gcall *c) {
   free(c->turn);
   free(c->args);
   json_decref(c->meta);
+  gw_who_unref(c->who);
   free(c->result);
   free(c->error);
   free(c->fresh_text);
@@ -37,6 +38,7 @@ void gw_gcall_free(gcall *c) {
 
 void gw_hold(gw *w, gcall *c) {
   c->out_end = w->cout_out + w->cout.len;
+  if (w->front) front_pin(w->front, c->who ? c->who->frid : 0);
   c->hnext = w->held;
   w->held = c;
 }
@@ -46,7 +48,14 @@ void gw_settle(gw *w, int at_end) {
   while (*pc) {
     gcall *c = *pc;
     int lost = w->cout_dead || (at_end && c->out_end > w->cout_out);
-    if (!lost && c->out_end > w->cout_out) {
+    if (w->front) { /* the front says when its answer was written */
+      int told = front_told(w->front, c->who ? c->who->frid : 0, at_end);
+      lost = told < 0;
+      if (!told) {
+        pc = &c->hnext;
+        continue;
+      }
+    } else if (!lost && c->out_end > w->cout_out) {
       pc = &c->hnext;
       continue;
     }
@@ -194,8 +203,9 @@ static void put_json_string(cli_outbuf *b, const char *s) {
 }
 
 /* Send tools/call name(args) with _meta to the server as request gid. */
-static void send_call(gw *w, long long gid, const char *tool, const char *args,
-                      size_t alen, const json_t *meta) {
+static void send_call(gw *w, gw_who *who, long long gid, const char *tool,
+                      const char *args, size_t alen, const json_t *meta) {
+  gw_who *was = w->who;
   cli_outbuf m;
   char head[96];
   cli_outbuf_init(&m, (size_t)-1);
@@ -214,7 +224,9 @@ static void send_call(gw *w, long long gid, const char *tool, const char *args,
     free(d);
   }
   if (cli_outbuf_str(&m, "}}\n")) gw_oom();
+  w->who = who; /* on its caller's behalf (HTTP: its session, credential) */
   gw_to_server(w, m.p, m.len);
+  w->who = was;
   cli_outbuf_free(&m);
 }
 
@@ -240,7 +252,7 @@ static void send_exec(gw *w, gcall *c) {
   c->gid = p->gid;
   c->token = idem_step_token(c->s);
   c->fresh = 0;
-  send_call(w, p->gid, c->tool, args, alen, meta);
+  send_call(w, c->who, p->gid, c->tool, args, alen, meta);
   json_decref(meta);
   c->timer = T_DEADLINE;
   c->due = cli_mono_ms() + idem_step_deadline_ms(c->s);
@@ -264,7 +276,8 @@ static void send_check(gw *w, gcall *c) {
   p = gw_pend_add(w, P_CHECK);
   p->c = c;
   c->gid = p->gid;
-  send_call(w, p->gid, tool, args ? args : "{}", args ? alen : 2, NULL);
+  send_call(w, c->who, p->gid, tool, args ? args : "{}", args ? alen : 2,
+            NULL);
   c->timer = T_DEADLINE;
   c->due = cli_mono_ms() + idem_step_deadline_ms(c->s);
 }
@@ -435,8 +448,14 @@ static void advance(gw *w, gcall *c) {
     ** has read it is a new decision, and must not find it untold.  Not for
     ** a client that is gone - its input at EOF, its end of our output
     ** closed: an answer nobody reads tells the model nothing */
-    c->deliver = !c->cancelled && !w->cout_dead;
-    c->stamp = c->deliver && !w->cin_eof && !cli_reader_gone(1);
+    if (w->front) { /* an HTTP client: its own connection */
+      c->deliver = !c->cancelled && c->who &&
+                   front_alive(w->front, c->who->frid);
+      c->stamp = c->deliver;
+    } else {
+      c->deliver = !c->cancelled && !w->cout_dead;
+      c->stamp = c->deliver && !w->cin_eof && !cli_reader_gone(1);
+    }
     step(w, c, J_DELIVER);
     break;
   default:
@@ -544,6 +563,81 @@ static int meta_id(const char *line, size_t len, const json_t *meta,
   return -1;
 }
 
+/* The JSON-RPC id of c as its client sent it (over HTTP the front gave
+** the request a number of its own). */
+static char *client_id(const gcall *c) {
+  if (c->who && c->who->id) return gw_dupn(c->who->id, strlen(c->who->id));
+  return gw_dupn(c->cid, c->cidlen);
+}
+
+/*
+** Who c is (SPEC §10, §10b): its call id, session and turn, from what the
+** client sent.  The call id is _meta "io.idem/call_id", else the client's
+** own tool-call id (Claude Code's "claudecode/toolUseId", and the keys of
+** --call-id-meta), else the JSON-RPC id scoped to the client's MCP
+** session (over HTTP) or to this gateway process (stdio): ids restart at
+** 1 in every client, so an id alone names no action beyond its
+** connection, and a stateless request's names nothing beyond itself.  The
+** session is _meta "io.idem/session", else the client's Mcp-Session-Id at
+** idem, else --session; the turn is "io.idem/turn", else a client's own
+** turn id (Codex's "x-codex-turn-metadata" turn_id).  Over HTTP a caller
+** who presented a credential has its session scoped by its digest: two
+** callers that say the same session and call id are two actions.
+** 0, or -1 with why: a member that is there but names nothing.
+*/
+static int identify(gw *w, gcall *c, const char *line, size_t len,
+                    const json_t *meta, char *why, size_t n) {
+  char *sess = NULL;
+  if (meta_id(line, len, meta, "io.idem/session", &sess, why, n) ||
+      meta_id(line, len, meta, "io.idem/call_id", &c->call_id, why, n) ||
+      meta_id(line, len, meta, "io.idem/turn", &c->turn, why, n)) {
+    free(sess);
+    return -1;
+  }
+  if (!c->call_id && meta_id(line, len, meta, "claudecode/toolUseId",
+                             &c->call_id, why, n)) {
+    free(sess);
+    return -1;
+  }
+  for (int i = 0; !c->call_id && i < w->nid_keys; i++)
+    if (meta_id(line, len, meta, w->id_keys[i], &c->call_id, why, n)) {
+      free(sess);
+      return -1;
+    }
+  if (!c->turn) {
+    const json_t *t = json_object_get(meta, "x-codex-turn-metadata");
+    json_t *parsed = NULL;
+    const char *id;
+    if (json_is_string(t)) /* sent as JSON text, or as an object */
+      t = parsed = json_loads(json_string_value(t), 0, NULL);
+    id = json_string_value(json_object_get(t, "turn_id"));
+    if (id && *id) c->turn = gw_dupn(id, strlen(id));
+    json_decref(parsed);
+  }
+  if (!sess) {
+    const char *s = c->who && c->who->sid ? c->who->sid : w->session;
+    sess = gw_dupn(s, strlen(s));
+  }
+  if (c->who && c->who->caller[0]) {
+    size_t k = strlen(sess) + 48;
+    char *scoped = malloc(k);
+    if (!scoped) gw_oom();
+    snprintf(scoped, k, "caller:%s/%s", c->who->caller, sess);
+    free(sess);
+    sess = scoped;
+  }
+  c->session = sess;
+  if (!c->call_id) {
+    char *id = client_id(c);
+    const char *scope = c->who ? c->who->scope : w->nonce;
+    size_t k = strlen(scope) + strlen(id) + 16;
+    if ((c->call_id = malloc(k)))
+      snprintf(c->call_id, k, "jsonrpc:%s:%s", scope, id);
+    free(id);
+  }
+  return 0;
+}
+
 void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
   const char *tool = json_string_value(json_object_get(m->params, "name"));
   json_t *meta = json_object_get(m->params, "_meta");
@@ -586,27 +680,13 @@ void gw_handle_call(gw *w, const char *line, size_t len, const mcp_msg *m) {
   c->cidlen = m->id_e - m->id_s;
   c->cid = gw_dupn(line + m->id_s, c->cidlen);
   c->cidv = json_incref(m->id);
-  if (meta_id(line, len, meta, "io.idem/session", &c->session, why,
-              sizeof why) ||
-      meta_id(line, len, meta, "io.idem/call_id", &c->call_id, why,
-              sizeof why) ||
-      meta_id(line, len, meta, "io.idem/turn", &c->turn, why, sizeof why)) {
+  c->who = gw_who_ref(w->who);
+  if (identify(w, c, line, len, meta, why, sizeof why)) {
     gw_client_error(w, c->cid, c->cidlen, -32602,
                     "Invalid params: idem: %s; the tool was not called", why);
     cli_err("a tools/call of %s was refused: %s", tool, why);
     gw_gcall_free(c);
     return;
-  }
-  if (!c->session) c->session = gw_dupn(w->session, strlen(w->session));
-  if (!c->call_id) {
-    /* a JSON-RPC id names a request on this connection, never an action
-    ** across connections: a restarted client numbers its requests 0, 1,
-    ** 2... again.  Scoped to this gateway process, it cannot meet the
-    ** calls of another one. */
-    size_t n = strlen(w->nonce) + c->cidlen + 16;
-    if ((c->call_id = malloc(n)))
-      snprintf(c->call_id, n, "jsonrpc:%s:%.*s", w->nonce, (int)c->cidlen,
-               c->cid);
   }
   c->tool = gw_dupn(tool, strlen(tool));
   args = params_member(line, len, "arguments", &alen);

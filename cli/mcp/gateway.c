@@ -72,6 +72,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -86,6 +87,23 @@ extern char **environ;
 
 static gw *the_gw; /* for the signal handler's self-pipe */
 
+/* Is request (id, who) the client's request rid?  Over HTTP the front
+** numbered the request; its client's own id is who's, and only the same
+** session's requests are that client's. */
+static int same_request(const gw *w, const json_t *id, const gw_who *who,
+                        const json_t *rid) {
+  json_t *own;
+  int same;
+  if (!w->front) return json_equal(id, rid);
+  if (!who || !who->id || !w->who || !who->sid || !w->who->sid ||
+      strcmp(who->sid, w->who->sid) || strcmp(who->caller, w->who->caller))
+    return 0;
+  own = json_loads(who->id, JSON_DECODE_ANY, NULL);
+  same = own && json_equal(own, rid);
+  json_decref(own);
+  return same;
+}
+
 static void handle_cancel(gw *w, const char *line, size_t len,
                           const mcp_msg *m) {
   json_t *rid = json_object_get(m->params, "requestId");
@@ -94,7 +112,7 @@ static void handle_cancel(gw *w, const char *line, size_t len,
   if (!rid) return;
   for (size_t i = 0; i < BUCKETS; i++)
     for (pend *p = w->buckets[i]; p; p = p->next)
-      if (p->kind == P_FWD && json_equal(p->cidv, rid)) {
+      if (p->kind == P_FWD && same_request(w, p->cidv, p->who, rid)) {
         char gid[32];
         snprintf(gid, sizeof gid, "%lld", p->gid);
         if (mcp_member(line, len, "params", &ps, &pe) == 1 &&
@@ -102,13 +120,14 @@ static void handle_cancel(gw *w, const char *line, size_t len,
           if (!w->sout_closed && mcp_splice(&w->sout, line, len, ps + vs,
                                             ps + ve, gid, strlen(gid)))
             gw_oom();
+          gw_server_push(w);
         }
         return;
       }
   /* a guarded call goes on (its outcome is recorded); it is just not
   ** answered, as MCP asks of a cancelled request */
   for (c = w->live; c; c = c->next)
-    if (json_equal(c->cidv, rid)) c->cancelled = 1;
+    if (same_request(w, c->cidv, c->who, rid)) c->cancelled = 1;
 }
 
 static void on_client_line(void *ctx, const char *line, size_t len,
@@ -272,6 +291,22 @@ static void pend_fail(gw *w, pend *p, const char *why) {
   gw_pend_remove(w, p);
 }
 
+/* A server's request or notification, for HTTP clients: on the stream of
+** the request it came about (an HTTP upstream says which: w->rel), else on
+** its session's GET stream; a message no stream can take is dropped (a
+** stdio server says nothing of which request a message is about). */
+static void to_http_client(gw *w, const char *line, size_t len) {
+  pend *p = gw_pend_find(w, w->rel);
+  const gw_who *who = NULL;
+  static int said;
+  if (p) who = p->kind == P_FWD ? p->who : p->c ? p->c->who : NULL;
+  if (front_server_msg(w->front, who ? who->frid : 0, who ? who->sid : NULL,
+                       line, len) &&
+      !said++)
+    cli_err("a message of the server's reached no client (no request or "
+            "session stream to take it); dropped, and so are later ones");
+}
+
 static void on_server_line(void *ctx, const char *line, size_t len,
                            int oversized) {
   gw *w = ctx;
@@ -302,8 +337,12 @@ static void on_server_line(void *ctx, const char *line, size_t len,
   switch (m.kind) {
   case MCP_REQUEST:
   case MCP_NOTIFY:
-    gw_to_client(w, line, len);
-    gw_to_client(w, "\n", 1);
+    if (w->front)
+      to_http_client(w, line, len);
+    else {
+      gw_to_client(w, line, len);
+      gw_to_client(w, "\n", 1);
+    }
     break;
   case MCP_RESPONSE: on_server_response(w, &m, line, len); break;
   default: cli_err("the server sent a line that is not JSON-RPC 2.0; dropped");
@@ -486,6 +525,63 @@ static int jobs_idle(gw *w) {
   return idle;
 }
 
+static void front_to_client_error(gw *w, long long frid);
+
+/* What the HTTP front took from its clients. */
+static void from_http_clients(gw *w) {
+  front_in *m = front_take(w->front);
+  while (m) {
+    front_in *nx = m->next;
+    if (w->cin_eof) {
+      if (m->kind == FI_MSG && m->who && m->who->frid)
+        front_to_client_error(w, m->frid);
+    } else if (m->kind == FI_MSG) {
+      w->who = m->who;
+      on_client_line(w, m->line, m->len, 0);
+      w->who = NULL;
+    } else if (m->kind == FI_GONE) {
+      /* its client left: the call goes on to its outcome, unanswered and
+      ** not told (SPEC §10); the server's request is not cancelled */
+      for (gcall *c = w->live; c; c = c->next)
+        if (c->who && c->who->frid == m->frid) c->cancelled = 1;
+    } else if (m->kind == FI_END_SESSION && w->up) {
+      up_session_end(w->up, m->line);
+    }
+    front_in_free(m);
+    m = nx;
+  }
+}
+
+/* What the HTTP upstream answered; its end is the server's. */
+static void from_http_server(gw *w) {
+  int eof;
+  up_msg *m = up_take(w->up, &eof);
+  while (m) {
+    up_msg *nx = m->next;
+    w->rel = m->rel;
+    on_server_line(w, m->line, m->len, 0);
+    w->rel = 0;
+    free(m);
+    m = nx;
+  }
+  if (eof && !w->sin_eof) {
+    w->child_done = 1;
+    w->child_status = 0;
+    w->gone_why = "the gateway stopped its upstream";
+    for (size_t i = 0; i < BUCKETS; i++)
+      while (w->buckets[i]) pend_fail(w, w->buckets[i], w->gone_why);
+    w->sin_eof = 1;
+  }
+}
+
+/* A client request that came while the gateway winds down. */
+static void front_to_client_error(gw *w, long long frid) {
+  char id[32];
+  snprintf(id, sizeof id, "%lld", frid);
+  gw_client_error(w, id, strlen(id), -32603,
+                  "idem: the gateway is stopping; nothing was sent");
+}
+
 static int loop(gw *w) {
   char buf[65536];
   for (;;) {
@@ -509,10 +605,15 @@ static int loop(gw *w) {
     ** stdin closes; a server that does not exit then is stopped */
     if (w->cin_eof && !w->sout_closed && !w->sout.len && !w->nlive) {
       w->sout_closed = 1;
-      close(w->to_srv);
-      w->grace_at = cli_mono_ms() + GRACE_MS;
+      if (w->up) {
+        up_close(w->up, GRACE_MS); /* late answers still land meanwhile */
+      } else {
+        close(w->to_srv);
+        w->grace_at = cli_mono_ms() + GRACE_MS;
+      }
     }
-    if (w->grace_at && !w->child_done && cli_mono_ms() >= w->grace_at) {
+    if (w->grace_at && w->child && !w->child_done &&
+        cli_mono_ms() >= w->grace_at) {
       kill(w->child, w->grace_stage ? SIGKILL : SIGTERM);
       w->we_killed = 1;
       w->grace_stage++;
@@ -531,22 +632,23 @@ static int loop(gw *w) {
     pf[n++].events = POLLIN;
     pf[n].fd = w->wake[0];
     pf[n++].events = POLLIN;
-    if (!w->cin_eof && w->sout.len < QUEUE_HIGH && w->cout.len < QUEUE_HIGH) {
+    if (!w->front && !w->cin_eof && w->sout.len < QUEUE_HIGH &&
+        w->cout.len < QUEUE_HIGH) {
       ic = n;
       pf[n].fd = 0;
       pf[n++].events = POLLIN;
     }
-    if (!w->sin_eof && w->cout.len < QUEUE_HIGH) {
+    if (!w->up && !w->sin_eof && w->cout.len < QUEUE_HIGH) {
       is = n;
       pf[n].fd = w->from_srv;
       pf[n++].events = POLLIN;
     }
-    if (w->cout.len && !w->cout_dead) {
+    if (w->cout.len && !w->cout_dead && !w->front) {
       oc = n;
       pf[n].fd = 1;
       pf[n++].events = POLLOUT;
     }
-    if (w->sout.len && !w->sout_closed) {
+    if (w->sout.len && !w->sout_closed && !w->up) {
       os = n;
       pf[n].fd = w->to_srv;
       pf[n++].events = POLLOUT;
@@ -563,14 +665,19 @@ static int loop(gw *w) {
       for (ssize_t i = 0; i < k; i++) {
         if (sigs[i] == SIGCHLD)
           reap(w);
-        else if (!w->child_done)
+        else if (w->child && !w->child_done)
           kill(w->child, sigs[i]); /* forwarded */
+        else
+          w->cin_eof = 1; /* no child: the gateway winds down */
+        if (sigs[i] != SIGCHLD && w->front) w->cin_eof = 1;
       }
     }
     if (pf[1].revents & POLLIN) {
       ssize_t k = read(w->wake[0], buf, sizeof buf);
       (void)k;
     }
+    if (w->front) from_http_clients(w);
+    if (w->up) from_http_server(w);
     if (is >= 0 && pf[is].revents) {
       ssize_t k = read(w->from_srv, buf, sizeof buf);
       if (k > 0) {
@@ -637,6 +744,76 @@ static int exit_status(const gw *w) {
   return EXIT_FAIL;
 }
 
+static void free_headers(char **h, int n) {
+  for (int i = 0; i < n; i++) {
+    if (h[i]) memset(h[i], 0, strlen(h[i])); /* a credential, gone */
+    free(h[i]);
+  }
+  free(h);
+}
+
+/*
+** --header 'Name: value' filled: "{$env:NAME}" in the value is the
+** environment variable NAME (the policy's template syntax).  The value is
+** a credential as often as not: no message says it, only its name.  0, or
+** an exit status after one error line.
+*/
+static int fill_header(const char *arg, char **out) {
+  const char *colon = strchr(arg, ':'), *p;
+  cli_outbuf b;
+  size_t nl = colon ? (size_t)(colon - arg) : 0;
+  *out = NULL;
+  for (size_t i = 0; i < nl; i++)
+    if (!strchr("!#$%&'*+-.^_`|~", arg[i]) &&
+        !(arg[i] >= '0' && arg[i] <= '9') &&
+        !((arg[i] | 32) >= 'a' && (arg[i] | 32) <= 'z'))
+      nl = 0;
+  if (!nl)
+    return cli_usage("mcp", "--header is 'Name: value' with a header name "
+                            "before the colon");
+  cli_outbuf_init(&b, (size_t)64 << 10);
+  if (cli_outbuf_put(&b, arg, nl) || cli_outbuf_str(&b, ": ")) gw_oom();
+  for (p = colon + 1; *p == ' ' || *p == '\t'; p++) {
+  }
+  while (*p) {
+    const char *open = strstr(p, "{$env:"), *close;
+    if (!open) {
+      if (cli_outbuf_str(&b, p)) gw_oom();
+      break;
+    }
+    if (cli_outbuf_put(&b, p, (size_t)(open - p))) gw_oom();
+    if (!(close = strchr(open, '}'))) {
+      cli_outbuf_free(&b);
+      return cli_usage("mcp", "--header %.*s: a {$env: without its }",
+                       (int)nl, arg);
+    }
+    {
+      char var[256];
+      const char *v;
+      snprintf(var, sizeof var, "%.*s", (int)(close - open - 6), open + 6);
+      if (!(v = getenv(var))) {
+        cli_outbuf_free(&b);
+        cli_err("--header %.*s: the environment variable %s is not set",
+                (int)nl, arg, var);
+        return EXIT_USAGE;
+      }
+      if (cli_outbuf_str(&b, v)) gw_oom();
+    }
+    p = close + 1;
+  }
+  for (size_t i = nl; i < b.len; i++)
+    if ((unsigned char)b.p[i] < 0x20 && b.p[i] != '\t') {
+      memset(b.p, 0, b.len);
+      cli_outbuf_free(&b);
+      cli_err("--header %.*s: its value has a control character (a line "
+              "break?); refused",
+              (int)nl, arg);
+      return EXIT_USAGE;
+    }
+  *out = b.p;
+  return 0;
+}
+
 int cmd_mcp(int argc, char **argv) {
   static const struct option opts[] = {
       {"policy", required_argument, NULL, 'p'},
@@ -644,10 +821,22 @@ int cmd_mcp(int argc, char **argv) {
       {"session", required_argument, NULL, 's'},
       {"max-message", required_argument, NULL, 'm'},
       {"console", required_argument, NULL, 'c'},
+      {"listen", required_argument, NULL, 'l'},
+      {"header", required_argument, NULL, 'H'},
+      {"public-url", required_argument, NULL, 'P'},
+      {"caller-header", required_argument, NULL, 'C'},
+      {"call-id-meta", required_argument, NULL, 'i'},
+      {"allow-origin", required_argument, NULL, 'o'},
+      {"max-connections", required_argument, NULL, 'n'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *session = NULL;
-  const char *console = NULL;
+  const char *console = NULL, *listen = NULL, *public_url = NULL;
+  const char *caller_header = NULL, *upstream_url = NULL;
+  const char **id_keys = NULL, **origins = NULL;
+  char **headers = NULL;
+  int nid_keys = 0, norigins = 0, nheaders = 0, own_auth = 0;
+  size_t max_conns = 256;
   serve *con = NULL;
   char sessbuf[64];
   size_t max_message = DEFAULT_MAX_MESSAGE;
@@ -661,6 +850,38 @@ int cmd_mcp(int argc, char **argv) {
     case 'L': log = optarg; break;
     case 's': session = optarg; break;
     case 'c': console = optarg; break;
+    case 'l': listen = optarg; break;
+    case 'P': public_url = optarg; break;
+    case 'C': caller_header = optarg; break;
+    case 'i':
+      if (!(id_keys = realloc(id_keys, sizeof *id_keys * (size_t)(nid_keys + 1))))
+        gw_oom();
+      id_keys[nid_keys++] = optarg;
+      break;
+    case 'o':
+      if (!(origins = realloc(origins, sizeof *origins * (size_t)(norigins + 1))))
+        gw_oom();
+      origins[norigins++] = optarg;
+      break;
+    case 'H': {
+      char *h = NULL;
+      int rc2 = fill_header(optarg, &h);
+      if (rc2) {
+        free_headers(headers, nheaders);
+        return rc2;
+      }
+      /* its text leaves argv: ps shows no credential */
+      memset(optarg, 'x', strlen(optarg));
+      if (!(headers = realloc(headers, sizeof *headers * (size_t)(nheaders + 1))))
+        gw_oom();
+      headers[nheaders++] = h;
+      if (!strncasecmp(h, "authorization:", 14)) own_auth = 1;
+      break;
+    }
+    case 'n':
+      if (cli_parse_size("--max-connections", optarg, 1, 100000, &max_conns))
+        return EXIT_USAGE;
+      break;
     case 'm':
       if (cli_parse_size("--max-message", optarg, 1024, (size_t)1 << 30,
                          &max_message))
@@ -676,6 +897,21 @@ int cmd_mcp(int argc, char **argv) {
   if (!policy_path) return cli_usage("mcp", "--policy is required");
   if (optind >= argc)
     return cli_usage("mcp", "the server to run is missing (after --)");
+  if (!strncmp(argv[optind], "http://", 7) ||
+      !strncmp(argv[optind], "https://", 8)) {
+    if (optind + 1 < argc)
+      return cli_usage("mcp", "an upstream URL takes no arguments after it "
+                              "(%s)", argv[optind + 1]);
+    upstream_url = argv[optind];
+  } else if (nheaders) {
+    return cli_usage("mcp", "--header is for an HTTP upstream (a URL after "
+                            "--), not a command");
+  }
+  if (public_url && (!listen || !upstream_url))
+    return cli_usage("mcp", "--public-url needs --listen and an upstream URL");
+  if ((caller_header || norigins) && !listen)
+    return cli_usage("mcp", "--caller-header and --allow-origin are for "
+                            "--listen");
   if (session && !*session) return cli_usage("mcp", "--session is empty");
   if (!session) session = getenv("IDEM_SESSION");
   if (!session || !*session) {
@@ -740,22 +976,47 @@ int cmd_mcp(int argc, char **argv) {
     }
     serve_announce(con, stderr);
   }
-  if ((rc = spawn(w, argv + optind))) {
+  w->id_keys = id_keys;
+  w->nid_keys = nid_keys;
+  if (upstream_url) {
+    up_opts uo = {upstream_url, headers,  nheaders,     own_auth,
+                  max_message,  w->nonce, w->wake[1]};
+    char err[300];
+    if (!(w->up = up_start(&uo, err, sizeof err))) {
+      cli_err("%s", err);
+      goto out;
+    }
+    w->to_srv = w->from_srv = -1;
+  } else if ((rc = spawn(w, argv + optind))) {
     cli_err("cannot run %s: %s", argv[optind], strerror(rc));
     goto out;
+  } else {
+    /* an attempt runs in the server's process group as well as here: once
+    ** this process and that group are gone, none can land (SPEC §6a) */
+    idem_guard_set(w->g_guarded, IDEM_GUARD_SHARED_PGID, (long long)w->child);
+    idem_guard_set(w->g_user, IDEM_GUARD_SHARED_PGID, (long long)w->child);
   }
-  /* an attempt runs in the server's process group as well as here: once
-  ** this process and that group are gone, none can land (SPEC §6a) */
-  idem_guard_set(w->g_guarded, IDEM_GUARD_SHARED_PGID, (long long)w->child);
-  idem_guard_set(w->g_user, IDEM_GUARD_SHARED_PGID, (long long)w->child);
+  if (listen) {
+    const char *token = getenv("IDEM_MCP_TOKEN");
+    front_opts fo = {listen,        max_message, (int)max_conns,
+                     origins,       norigins,    caller_header,
+                     token && *token ? token : NULL,
+                     !own_auth,     public_url,  upstream_url,
+                     w->nonce,      w->wake[1]};
+    if (!(w->front = front_start(&fo))) goto out;
+    fprintf(stderr, "idem mcp: listening on %s\n", front_url(w->front));
+    fflush(stderr);
+  }
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   for (w->nth = 0; w->nth < WORKERS; w->nth++)
     if (pthread_create(&w->th[w->nth], NULL, gw_worker, w)) break;
   if (!w->nth) {
     cli_err("cannot start a thread");
-    kill(w->child, SIGTERM);
-    waitpid(w->child, NULL, 0);
+    if (w->child) {
+      kill(w->child, SIGTERM);
+      waitpid(w->child, NULL, 0);
+    }
     goto out;
   }
   stdout_flags = fcntl(1, F_GETFL);
@@ -782,6 +1043,11 @@ int cmd_mcp(int argc, char **argv) {
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
 out:
+  front_stop(w->front);
+  up_free(w->up);
+  free_headers(headers, nheaders);
+  free(id_keys);
+  free(origins);
   serve_stop(con);
   the_gw = NULL;
   mcp_lines_free(&w->cin);

@@ -15,6 +15,8 @@
 #include "cli.h"
 #include "run/run.h"
 #include "mcp.h"
+#include "front.h"
+#include "up.h"
 
 #define DEFAULT_MAX_MESSAGE ((size_t)4 << 20)
 #define WORKERS 4
@@ -38,6 +40,7 @@ typedef struct pend {
   json_t *cidv;   /* P_FWD: the client's id, parsed           */
   int tools_list; /* P_FWD: a tools/list, whose result we learn */
   gcall *c;       /* P_EXEC, P_CHECK: the call; P_LATE: the late */
+  gw_who *who;    /* P_FWD: who sent it (HTTP clients), or NULL  */
   struct pend *next;
 } pend;
 
@@ -50,6 +53,7 @@ struct gcall {
   json_t *cidv;
   char *session, *call_id, *tool;
   char *turn; /* _meta "io.idem/turn", or NULL */
+  gw_who *who; /* who called (an HTTP client), or NULL: stdio */
   char *args;
   size_t args_len;
   json_t *meta; /* the client's _meta, sent on downstream */
@@ -116,6 +120,14 @@ struct gw {
   gcall *qhead, *qtail, *done;
   int stop;
   int wake[2], sig[2];
+  /* the HTTP sides (SPEC §10b): NULL where the peer is stdio */
+  front *front;      /* --listen: the clients                           */
+  upstream *up;      /* -- URL: the server                              */
+  gw_who *who;       /* who sent the client message being handled       */
+  long long rel;     /* the request the server message being handled    */
+                     /* came about (its answer stream's), or 0          */
+  const char **id_keys; /* _meta members that name a call (--call-id-meta) */
+  int nid_keys;
 };
 
 /* ---- peers.c: the loop's services, for gateway.c and call.c ------------- */
@@ -128,6 +140,9 @@ void gw_oom(void);
 /* Queue one whole message (or its pieces, in order) to a peer. */
 void gw_to_client(gw *w, const char *p, size_t n);
 void gw_to_server(gw *w, const char *p, size_t n);
+/* Hand what is queued for an HTTP server, whole lines, to the upstream
+** client on behalf of w->who (a no-op for a stdio server). */
+void gw_server_push(gw *w);
 /* Write what both peers take now of what is queued for them. */
 void gw_flush(gw *w);
 /* (call.c) Hold c, answered and recorded told, until its answer (the last

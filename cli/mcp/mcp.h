@@ -104,6 +104,28 @@ int mcp_put_error(cli_outbuf *out, const char *id, size_t idlen, int code,
 int mcp_put_with_meta(cli_outbuf *out, const char *obj, size_t len,
                       const json_t *add);
 
+/* ---- server-sent events (sse.c) ----------------------------------------------- */
+
+/* One text/event-stream being read.  The last event id stays across
+** events (has_id, id): a reader resumes the stream with it. */
+typedef struct mcp_sse {
+  cli_outbuf line, data;
+  char id[256];
+  int has_id;
+  int has_data, oversized, line_over, cr, started, bom;
+} mcp_sse;
+
+/* An event's data (n bytes, NUL after), or with oversized set NULL: an
+** event longer than the limit, skipped. */
+typedef void (*mcp_sse_fn)(void *ctx, const char *data, size_t n,
+                           int oversized);
+
+void mcp_sse_init(mcp_sse *s, size_t max);
+void mcp_sse_free(mcp_sse *s);
+/* Feed bytes; fn is called for every whole event.  -1: out of memory. */
+int mcp_sse_feed(mcp_sse *s, const char *p, size_t n, mcp_sse_fn fn,
+                 void *ctx);
+
 /* ---- tools ------------------------------------------------------------------------- */
 
 /* The class a tool's annotations give it (SPEC §10): readOnlyHint true ->
@@ -120,5 +142,6 @@ int mcp_class_of(const json_t *tool);
 typedef int (*mcp_verdict_fn)(void *ctx, const char *text, size_t len);
 int mcp_verdict(const json_t *result, const char *raw, size_t len,
                 mcp_verdict_fn fn, void *ctx);
+
 
 #endif /* IDEM_MCP_H */

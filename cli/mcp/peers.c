@@ -38,6 +38,28 @@ void gw_to_client(gw *w, const char *p, size_t n) {
 void gw_to_server(gw *w, const char *p, size_t n) {
   if (w->sout_closed) return;
   if (cli_outbuf_put(&w->sout, p, n)) gw_oom();
+  if (w->up && n && p[n - 1] == '\n') gw_server_push(w);
+}
+
+void gw_server_push(gw *w) {
+  char *nl;
+  if (!w->up) return;
+  while (w->sout.len && (nl = memchr(w->sout.p, '\n', w->sout.len))) {
+    size_t k = (size_t)(nl - w->sout.p);
+    if (!w->sout_closed) up_send(w->up, w->sout.p, k, w->who);
+    cli_outbuf_consume(&w->sout, k + 1);
+  }
+}
+
+/* The client's output, in front mode: each whole line to its request. */
+static void flush_front(gw *w) {
+  char *nl;
+  while (w->cout.len && (nl = memchr(w->cout.p, '\n', w->cout.len))) {
+    size_t k = (size_t)(nl - w->cout.p);
+    front_to_client(w->front, w->cout.p, k);
+    cli_outbuf_consume(&w->cout, k + 1);
+    w->cout_out += k + 1;
+  }
 }
 
 /* Write what fd takes now, counting it in *done; -1 when the peer is
@@ -58,11 +80,12 @@ static int flush_fd(int fd, cli_outbuf *b, unsigned long long *done) {
 
 void gw_flush(gw *w) {
   unsigned long long sent = 0;
-  if (!w->cout_dead && w->cout.len && flush_fd(1, &w->cout, &w->cout_out)) {
+  if (w->front) flush_front(w);
+  if (!w->front && !w->cout_dead && w->cout.len && flush_fd(1, &w->cout, &w->cout_out)) {
     w->cout_dead = 1;
     w->cout.len = 0;
   }
-  if (!w->sout_closed && w->sout.len && flush_fd(w->to_srv, &w->sout, &sent)) {
+  if (!w->up && !w->sout_closed && w->sout.len && flush_fd(w->to_srv, &w->sout, &sent)) {
     w->sout_closed = 1;
     w->sout.len = 0;
     close(w->to_srv);
@@ -105,6 +128,7 @@ void gw_pend_remove(gw *w, pend *p) {
   *pp = p->next;
   free(p->cid);
   json_decref(p->cidv);
+  gw_who_unref(p->who);
   free(p);
 }
 
@@ -137,9 +161,11 @@ void gw_forward_request(gw *w, const char *line, size_t len, const mcp_msg *m) {
   p->cidlen = m->id_e - m->id_s;
   p->cidv = json_incref(m->id);
   p->tools_list = strcmp(m->method, "tools/list") == 0;
+  p->who = gw_who_ref(w->who);
   snprintf(gid, sizeof gid, "%lld", p->gid);
   if (mcp_splice(&w->sout, line, len, m->id_s, m->id_e, gid, strlen(gid)))
     gw_oom();
+  gw_server_push(w);
 }
 
 int gw_tool_class(gw *w, const char *tool) {

@@ -95,14 +95,17 @@ static const char *header(struct MHD_Connection *c, const char *name) {
   return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 }
 
-static int host_ok(serve *s, struct MHD_Connection *c) {
-  const char *h = header(c, MHD_HTTP_HEADER_HOST);
+int serve_host_ok(const serve_names *nm, const char *h) {
   int i;
-  if (s->any_host) return 1;
+  if (nm->any_host) return 1;
   if (!h) return 0;
-  for (i = 0; i < s->nhosts; i++)
-    if (strcmp(h, s->hosts[i]) == 0) return 1;
+  for (i = 0; i < nm->nhosts; i++)
+    if (strcmp(h, nm->hosts[i]) == 0) return 1;
   return 0;
+}
+
+static int host_ok(serve *s, struct MHD_Connection *c) {
+  return serve_host_ok(&s->nm, header(c, MHD_HTTP_HEADER_HOST));
 }
 
 /* A write's checks, in order; 0 when it may go on, else out is the
@@ -278,18 +281,19 @@ static int is_loopback(const struct sockaddr *sa) {
          IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
 }
 
-/* The names of this console: any_host beyond loopback, else the address
-** as given and loopback's names, each with the port. */
-static void name_hosts(serve *s, const char *host, int v6, unsigned port,
-                       int loopback) {
-  s->any_host = !loopback;
-  s->nhosts = 0;
-  snprintf(s->hosts[s->nhosts++], sizeof s->hosts[0], "%s%.256s%s:%u",
+/* The names of a socket: any_host beyond loopback, else the address as
+** given and loopback's names, each with the port. */
+static void name_hosts(serve_names *nm, const char *host, int v6,
+                       unsigned port, int loopback) {
+  nm->any_host = !loopback;
+  nm->nhosts = 0;
+  nm->port = port;
+  snprintf(nm->hosts[nm->nhosts++], sizeof nm->hosts[0], "%s%.256s%s:%u",
            v6 ? "[" : "", host, v6 ? "]" : "", port);
-  snprintf(s->hosts[s->nhosts++], sizeof s->hosts[0], "localhost:%u", port);
-  snprintf(s->hosts[s->nhosts++], sizeof s->hosts[0], "127.0.0.1:%u", port);
-  snprintf(s->hosts[s->nhosts++], sizeof s->hosts[0], "[::1]:%u", port);
-  snprintf(s->origin, sizeof s->origin, "http://%.280s", s->hosts[0]);
+  snprintf(nm->hosts[nm->nhosts++], sizeof nm->hosts[0], "localhost:%u", port);
+  snprintf(nm->hosts[nm->nhosts++], sizeof nm->hosts[0], "127.0.0.1:%u", port);
+  snprintf(nm->hosts[nm->nhosts++], sizeof nm->hosts[0], "[::1]:%u", port);
+  snprintf(nm->origin, sizeof nm->origin, "http://%.280s", nm->hosts[0]);
 }
 
 /* A socket listening on ai, and its port; -1 with errno. */
@@ -314,38 +318,45 @@ static int bind_listen(const struct addrinfo *ai, unsigned *port) {
   return fd;
 }
 
-/* Listen on HOST:PORT.  The socket is bound here, and the console's names
-** made, before the daemon's threads start: a request that comes at once
-** finds them (libmicrohttpd closes the socket when it stops). */
-static struct MHD_Daemon *listen_on(serve *s, const char *listen) {
+int serve_bind(const char *cmd, const char *listen, serve_names *nm, int *v6) {
   char host[256];
   const char *port;
   struct addrinfo hints, *ai = NULL;
-  struct MHD_Daemon *d;
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
-                   MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                   MHD_USE_ERROR_LOG, bound;
+  unsigned bound;
   int rc, fd;
   if (split_listen(listen, host, sizeof host, &port) != 0) {
-    cli_usage("serve", "--listen is HOST:PORT, not '%s'", listen);
-    return NULL;
+    cli_usage(cmd, "--listen is HOST:PORT, not '%s'", listen);
+    return -1;
   }
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   if ((rc = getaddrinfo(host, port, &hints, &ai)) != 0) {
     cli_err("--listen %s: %s", listen, gai_strerror(rc));
-    return NULL;
+    return -1;
   }
   if ((fd = bind_listen(ai, &bound)) < 0) {
     cli_err("cannot listen on %s: %s", listen, strerror(errno));
     freeaddrinfo(ai);
-    return NULL;
+    return -1;
   }
-  name_hosts(s, host, ai->ai_family == AF_INET6, bound,
-             is_loopback(ai->ai_addr));
-  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  *v6 = ai->ai_family == AF_INET6;
+  name_hosts(nm, host, *v6, bound, is_loopback(ai->ai_addr));
   freeaddrinfo(ai);
+  return fd;
+}
+
+/* Listen on HOST:PORT.  The socket is bound here, and the console's names
+** made, before the daemon's threads start: a request that comes at once
+** finds them (libmicrohttpd closes the socket when it stops). */
+static struct MHD_Daemon *listen_on(serve *s, const char *listen) {
+  struct MHD_Daemon *d;
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
+                   MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                   MHD_USE_ERROR_LOG;
+  int fd, v6;
+  if ((fd = serve_bind("serve", listen, &s->nm, &v6)) < 0) return NULL;
+  if (v6) flags |= MHD_USE_IPv6;
   d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                        MHD_OPTION_LISTEN_SOCKET, fd,
                        MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
@@ -428,7 +439,7 @@ fail:
 }
 
 void serve_announce(const serve *s, FILE *f) {
-  fprintf(f, "idem serve: %s/ (log %s)\n", s->origin, s->log);
+  fprintf(f, "idem serve: %s/ (log %s)\n", s->nm.origin, s->log);
   if (s->read_only)
     fprintf(f, "idem serve: read-only, no writes\n");
   else

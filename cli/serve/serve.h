@@ -12,6 +12,22 @@
 
 #include "cli.h"
 
+/* A listening socket's names: the Host values that name it (a page of
+** another site that made its name resolve to 127.0.0.1 is refused);
+** any_host: listening beyond loopback, where every name is its own. */
+typedef struct serve_names {
+  char origin[300]; /* "http://HOST:PORT" as listened on */
+  char hosts[4][300];
+  int nhosts, any_host;
+  unsigned port;
+} serve_names;
+
+/* Bind and listen on HOST:PORT ([V6]:PORT) for cmd's --listen; the socket
+** and its names (*v6: an IPv6 one), or -1 after one error line. */
+int serve_bind(const char *cmd, const char *listen, serve_names *nm, int *v6);
+/* Does Host header h name the socket? */
+int serve_host_ok(const serve_names *nm, const char *h);
+
 typedef struct serve {
   idem_guard *g;          /* read, and written only by /api/resolve       */
   idem_policy *policy;    /* --policy, or NULL: settle_ms is not known    */
@@ -19,12 +35,7 @@ typedef struct serve {
   char token[256];        /* what a write's Authorization must carry       */
   char csrf[40];          /* the idem_csrf cookie and X-Idem-CSRF header   */
   char log[1100];         /* the log as shown (a password hidden)          */
-  char origin[300];       /* "http://HOST:PORT" as listened on             */
-  /* The Host values that name this console (a page of another site that
-  ** made its name resolve to 127.0.0.1 is refused); any_host: listening
-  ** beyond loopback, where every name is this console's. */
-  char hosts[4][300];
-  int nhosts, any_host;
+  serve_names nm;         /* its address, and the Host values naming it */
   int token_given;        /* the token came from IDEM_SERVE_TOKEN          */
   struct MHD_Daemon *d;
 } serve;
