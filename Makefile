@@ -59,7 +59,7 @@ tsan:
 # A short coverage-guided run of each target from the committed corpus.
 fuzz:
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_FUZZ=ON -DIDEM_TESTS=OFF
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_canon fuzz_key fuzz_policy fuzz_http fuzz_mcp fuzz_serve
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_canon fuzz_key fuzz_policy fuzz_http fuzz_mcp fuzz_serve fuzz_sse
 	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 # SPEC §11: the torture suite (tests/torture/README.md), N trials on SQLite,

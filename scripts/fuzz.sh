@@ -7,7 +7,7 @@ set -eu
 build=$1
 secs=$2
 here=$(cd "$(dirname "$0")/.." && pwd)
-for t in canon key policy http mcp serve; do
+for t in canon key policy http mcp serve sse; do
   work="$build/fuzz-work/$t"
   mkdir -p "$work"
   cp "$here/fuzz/corpus/$t"/* "$work/"
