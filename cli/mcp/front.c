@@ -612,6 +612,7 @@ static enum MHD_Result answer_json(front *f, struct MHD_Connection *c,
   int result = 0;
   size_t vs, ve;
   if (http_answer(f, e->text, e->len, &h)) {
+    if (r->initialize) drop_session(f, r->sid); /* it opened nothing */
     /* what HTTP said upstream, unchanged - unless it is an OAuth
     ** discovery no client connected here can pass */
     json_t *hd = json_object_get(h, "headers");

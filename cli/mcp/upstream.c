@@ -141,6 +141,15 @@ static char *dup0(const char *s) {
   return d;
 }
 
+/* A JSON-RPC id that is one of the gateway's (a whole number), or 0.  The
+** message reader takes numbers as doubles. */
+static long long gateway_id(const json_t *id) {
+  double d = json_number_value(id);
+  if (!json_is_number(id) || d < 1 || d >= 9e15 || d != (double)(long long)d)
+    return 0;
+  return (long long)d;
+}
+
 /* ---- to the loop -------------------------------------------------------------- */
 
 /* One message (JSON text: its raw newlines, whitespace only, made blanks)
@@ -230,8 +239,7 @@ static void on_event(void *ctx, const char *data, size_t n, int oversized) {
     mcp_msg m;
     char err[200];
     if (mcp_msg_parse(data, n, &m, err, sizeof err) == 0) {
-      if (m.kind == MCP_RESPONSE && x->gid && json_is_integer(m.id) &&
-          json_integer_value(m.id) == x->gid) {
+      if (m.kind == MCP_RESPONSE && x->gid && gateway_id(m.id) == x->gid) {
         x->got_answer = 1;
         if (x->initialize) {
           const char *v = json_string_value(json_object_get(
@@ -586,8 +594,8 @@ static void finished(upstream *u, xfer *x, CURLcode res) {
   }
 done:
   if (x->status >= 400 && !x->gid && x->kind == X_POST)
-    cli_err("the upstream answered HTTP %ld to a %s", x->status,
-            x->method ? x->method : "response");
+    cli_err("the upstream answered HTTP %ld to %s %s", x->status,
+            x->method ? "a message" : "a response", x->method ? x->method : "");
   {
     xfer **pp = &u->xs;
     while (*pp != x) pp = &(*pp)->next;
@@ -616,8 +624,7 @@ static void begin(upstream *u, qmsg *q) {
   mcp_sse_init(&x->sse, u->o.max_message);
   if (mcp_msg_parse(x->body, x->len, &m, err, sizeof err) == 0) {
     if (m.method) x->method = dup0(m.method);
-    if (m.kind == MCP_REQUEST && json_is_integer(m.id))
-      x->gid = (long long)json_integer_value(m.id);
+    if (m.kind == MCP_REQUEST) x->gid = gateway_id(m.id);
     if (m.kind == MCP_REQUEST && m.method && !strcmp(m.method, "initialize")) {
       usess *s = session(u, x->key);
       x->initialize = 1;
