@@ -121,13 +121,19 @@ static const cli_help helps[] = {
      "  --paysim PATH  the simulator (default: $IDEM_PAYSIM, else next to\n"
      "                 this program, else idem-paysim in PATH)\n"
      "  --keep         keep the temporary directory (log, ledger, policy)\n"},
-    {"mcp", "put the guard in front of an MCP server (stdio)",
+    {"mcp", "put the guard in front of an MCP server (stdio or HTTP)",
      "usage: idem mcp --policy FILE [--log URL] [--session ID]\n"
      "                [--max-message N] [--console HOST:PORT]\n"
-     "                -- COMMAND [ARGS...]\n"
+     "                [--listen HOST:PORT] [--header 'Name: value']...\n"
+     "                [--public-url URL] [--caller-header NAME]\n"
+     "                [--call-id-meta KEY]... [--allow-origin ORIGIN]...\n"
+     "                [--max-connections N]\n"
+     "                -- COMMAND [ARGS...] | URL\n"
      "\n"
-     "Run the MCP server COMMAND as a child and speak MCP over standard\n"
-     "input and output in its place (one JSON-RPC message per line).  Every\n"
+     "Run the MCP server COMMAND as a child (or reach the MCP server at an\n"
+     "http(s) URL over Streamable HTTP) and speak MCP to the client in its\n"
+     "place: over standard input and output (one JSON-RPC message per\n"
+     "line), or with --listen over Streamable HTTP at /mcp.  Every\n"
      "message passes through unchanged, except that tools/call of a guarded\n"
      "tool goes through the guard: recorded before it reaches the server,\n"
      "replayed when repeated, reconciled with the policy's status tool on a\n"
@@ -146,7 +152,22 @@ static const cli_help helps[] = {
      "  --max-message N    largest message in bytes (default 4194304)\n"
      "  --console HOST:PORT  serve the console of idem serve from this\n"
      "                     process too (its address and token on stderr):\n"
-     "                     its /metrics then count this gateway's calls\n"},
+     "                     its /metrics then count this gateway's calls\n"
+     "  --listen HOST:PORT serve clients over Streamable HTTP at /mcp\n"
+     "                     (loopback by default; its URL on stderr); with\n"
+     "                     $IDEM_MCP_TOKEN set, clients must present it\n"
+     "  --header 'N: V'    an HTTP upstream's header ({$env:NAME} is the\n"
+     "                     variable); an Authorization here is idem's own\n"
+     "                     credential, else clients' pass through\n"
+     "  --public-url URL   the URL clients use for this gateway (an OAuth\n"
+     "                     upstream's metadata names it): /.well-known/ is\n"
+     "                     the upstream's\n"
+     "  --caller-header NAME  the header a trusted proxy names the user in\n"
+     "                     (default: the client's Authorization)\n"
+     "  --call-id-meta KEY a _meta member that holds the client's tool-call\n"
+     "                     id (claudecode/toolUseId is always read)\n"
+     "  --allow-origin O   an Origin allowed beyond loopback's own\n"
+     "  --max-connections N  HTTP clients at once (default 256)\n"},
     {"__run", NULL, ""},
     {"ls", "list the records of the attempt log",
      "usage: idem ls [--log URL] [--session S] [--state STATE] [--in-doubt]\n"
