@@ -12,6 +12,8 @@
 //  c. B presenting A's Mcp-Session-Id (POST tools/call with _meta ids, POST
 //     with A's JSON-RPC id, GET, DELETE) is refused with HTTP 4xx and
 //     nothing of it is forwarded to the provider; A's session goes on
+//  d. --caller-header X-Forwarded-User (a trusted proxy names the user):
+//     two users with one token are two callers
 import fs from "node:fs";
 import { tmpdir, ledgerOf, body, call } from "./lib.mjs";
 import { check, sanitizerSaid, watchdog, finish, section, startUpstream, startGateway, httpClient, rawSession,
@@ -101,6 +103,24 @@ await section("c", async () => {
   const still = await cA.client.listTools(undefined, T);
   const r = await call(cA.client, "refund_payment", { order_id: "o5", amount_cents: 5 }, { "io.idem/session": "shared", "io.idem/call_id": "after" }, T);
   check(still.tools.length > 0 && !r.isError && refunds("o5").length === 1, "c: A's session goes on", r);
+});
+
+// ---- d: --caller-header: a trusted proxy in front names the user
+await section("d", async () => {
+  const g2 = await startGateway({ log, upstream: up.url, extra: ["--caller-header", "X-Forwarded-User"] });
+  const as = async (user) => httpClient(g2.url, { token: A, headers: { "X-Forwarded-User": user }, name: user });
+  const [alice, bob, alice2] = [await as("alice"), await as("bob"), await as("alice")];
+  const m = { "io.idem/session": "proxied", "io.idem/call_id": "toolu_p" };
+  const args = { order_id: "o6", amount_cents: 600 };
+  const ra = await call(alice.client, "refund_payment", args, m, T);
+  const rb = await call(bob.client, "refund_payment", args, m, T);
+  const ra2 = await call(alice2.client, "refund_payment", args, m, T);
+  check(!ra.isError && !rb.isError && !replayed(rb) && body(ra).refund_id !== body(rb).refund_id &&
+        replayed(ra2) && body(ra2).refund_id === body(ra).refund_id && refunds("o6").length === 2,
+        `d: --caller-header X-Forwarded-User: alice and bob (one token) are two callers; alice again replays hers (ledger ${refunds("o6").length})`,
+        ra, rb, ra2);
+  for (const c of [alice, bob, alice2]) await c.close();
+  await g2.stop();
 });
 
 await cA.close();

@@ -17,11 +17,12 @@
 //     replayed
 //  b. neither mode (no --public-url, no own credential) in front of a
 //     provider whose resource is its own URL: the client gets a clear error
-//     naming --public-url / --header, not the SDK's discovery failure
-//     "Protected resource ... does not match"
+//     naming --public-url / --header (HTTP 502, MCP.md), not the SDK's
+//     discovery failure "Protected resource ... does not match"; the
+//     gateway goes on running
 import fs from "node:fs";
 import { tmpdir, ledgerOf, body, call } from "./lib.mjs";
-import { check, sanitizerSaid, statusOf, watchdog, finish, section, startUpstream, startOAuth, startGateway,
+import { check, sanitizerSaid, sleep, statusOf, watchdog, finish, section, startUpstream, startOAuth, startGateway,
          httpClient, oauthClient, AutoApproveProvider, tryPost, initializeMsg, freePort, showRecord } from "./http_peers.mjs";
 
 watchdog(150000);
@@ -110,10 +111,13 @@ await section("b", async () => {
   const said = String(err?.message ?? err);
   const x = await tryPost(g.url, initializeMsg(), { ms: 8000 });
   console.log(`     (the client was told: ${said.slice(0, 400)})`);
+  check(x.status === 502 && /--public-url/.test(x.text), "b: raw, the gateway answers 502 with a JSON-RPC error naming --public-url",
+        x.status, x.text);
   check(err && /--public-url|--header/.test(said) && !/does not match/.test(said),
         "b: the client gets a clear error naming --public-url / --header, not the SDK's \"does not match\"", said,
         `raw initialize: HTTP ${x.status} ${x.headers.get("www-authenticate") ?? ""} ${x.text.slice(0, 400)}`,
         `idem stderr: ${g.stderr()}`, `authorizations: ${prov.authorizations.length}`);
+  await Promise.race([g.exited, sleep(500)]); // an exit is seen once its event came
   check(g.proc.exitCode === null && g.proc.signalCode === null, "b: the gateway still runs after saying so",
         { exit: g.proc.exitCode, signal: g.proc.signalCode }, g.stderr());
   check(!sanitizerSaid(g.stderr()), "b: nothing from the sanitizers", g.stderr());

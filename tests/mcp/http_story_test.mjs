@@ -22,7 +22,8 @@
 //     call id, same args) fenced, and once it landed already_applied
 //  e. a client that disconnects mid-call - the SDK client closed, a raw
 //     fetch aborted - one refund; the same call id later gets the result
-//  f. _meta claudecode/toolUseId retried under a new JSON-RPC id: replayed
+//  f. _meta claudecode/toolUseId retried under a new JSON-RPC id: replayed;
+//     so is a key given with --call-id-meta
 //  g. no token, a wrong token: the provider's 401 and its WWW-Authenticate
 //     reach the client unchanged (the SDK client throws its 401)
 //  h. a stdio client, the gateway with its own credential (--header
@@ -222,6 +223,19 @@ await section("f", async () => {
   check(!r.isError && replayed(r2) && body(r2).refund_id === body(r).refund_id && refunds("o6") === 1,
         `f: _meta claudecode/toolUseId names the call: its retry under a new JSON-RPC id is replayed (ledger ${refunds("o6")})`,
         r, r2);
+});
+
+// ---- f2: --call-id-meta KEY: a harness's own tool-call id
+await section("f2", async () => {
+  const g = await gateway({ upstream: up.url, extra: ["--call-id-meta", "my.harness/tool_call"] });
+  const c = await httpClient(g.url, { token: TOK });
+  const m = { "my.harness/tool_call": "call_77" };
+  const r = await refund(c.client, "o7", 700, m);
+  const r2 = await refund(c.client, "o7", 700, m);
+  check(!r.isError && replayed(r2) && body(r2).refund_id === body(r).refund_id && refunds("o7") === 1,
+        `f2: --call-id-meta my.harness/tool_call names the call: its retry is replayed (ledger ${refunds("o7")})`, r, r2);
+  await c.close();
+  await g.stop();
 });
 
 // ---- g: the provider's 401 reaches the client unchanged
