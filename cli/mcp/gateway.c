@@ -186,46 +186,6 @@ static void on_client_line(void *ctx, const char *line, size_t len,
 
 /* ---- from the server ------------------------------------------------------------------ */
 
-/*
-** Learn the classes a tools/list result gives the tools it lists.  The
-** annotations are hints, and the server's to change: a tool's class never
-** weakens while the gateway runs.  The first listing (or a stronger later
-** one: guarded over idempotent over read_only) is the floor; a re-list
-** that would weaken it is ignored, in one idem: line per tool and hint,
-** or a call the guard took for an action would pass unrecorded from then
-** on.  A tool the policy names is the policy's, whatever its hints.
-*/
-static void learn_tools(gw *w, const json_t *result) {
-  static const char *const word[] = {"", "guarded", "idempotent", "read_only"};
-  const json_t *tools = json_object_get(result, "tools"), *t;
-  size_t i;
-  json_array_foreach(tools, i, t) {
-    const char *name = json_string_value(json_object_get(t, "name"));
-    json_t *was;
-    int cls = mcp_class_of(t), floor;
-    idem_tool_info r = {.size = sizeof r};
-    if (!name) continue;
-    was = json_object_get(w->learned, name);
-    floor = was ? (int)json_integer_value(was) : 0;
-    if (!floor || cls < floor) { /* first seen, or stronger */
-      if (json_object_set_new(w->learned, name, json_integer(cls))) gw_oom();
-      continue;
-    }
-    idem_policy_tool(w->policy, name, &r);
-    if (cls == floor || r.named ||
-        json_integer_value(json_object_get(w->weakened, name)) == cls)
-      continue;
-    if (json_object_set_new(w->weakened, name, json_integer(cls))) gw_oom();
-    cli_err("tools/list gives %s %s; ignored: it was listed %s before, and "
-            "a tool's class never weakens while the gateway runs "
-            "(annotations are hints; the policy can class it)",
-            name,
-            cls == IDEM_CLASS_READ_ONLY ? "readOnlyHint: true"
-                                        : "idempotentHint: true",
-            word[floor]);
-  }
-}
-
 static void on_server_response(gw *w, const mcp_msg *m, const char *line,
                                size_t len) {
   long long gid = -1;
@@ -241,7 +201,7 @@ static void on_server_response(gw *w, const mcp_msg *m, const char *line,
   }
   switch (p->kind) {
   case P_FWD:
-    if (p->tools_list) learn_tools(w, json_object_get(m->root, "result"));
+    if (p->tools_list) gw_learn_tools(w, json_object_get(m->root, "result"));
     if (!w->cout_dead &&
         mcp_splice(&w->cout, line, len, m->id_s, m->id_e, p->cid, p->cidlen))
       gw_oom();

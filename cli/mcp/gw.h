@@ -128,6 +128,7 @@ struct gw {
                      /* came about (its answer stream's), or 0          */
   const char **id_keys; /* _meta members that name a call (--call-id-meta) */
   int nid_keys;
+  void *tools_seen; /* tools.c: what tools/list said before */
 };
 
 /* ---- peers.c: the loop's services, for gateway.c and call.c ------------- */
@@ -198,5 +199,8 @@ void gw_fire(gw *w, gcall *c);
 void gw_live_add(gw *w, gcall *c);
 void gw_live_remove(gw *w, gcall *c);
 void gw_gcall_free(gcall *c);
+/* (tools.c) Learn a tools/list result: the classes of the tools it lists
+** (floors: a class never weakens), and the notices on them (docs/MCP.md). */
+void gw_learn_tools(gw *w, const json_t *result);
 
 #endif /* IDEM_MCP_GW_H */

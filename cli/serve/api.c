@@ -2,7 +2,8 @@
 ** api.c - the JSON behind the console's page, for scripts too
 ** (docs/CONSOLE.md, "API"):
 **
-**   GET  info                  the console: version, log, read_only, csrf
+**   GET  info                  the console: version, log, read_only, csrf;
+**                              under idem mcp, its notices on the tools
 **   GET  doubt                 the actions in doubt now, oldest first
 **   GET  records?session=&call_id=&key=&tool=&state=   a search
 **   GET  session?session=S     one session's calls, in order
@@ -245,7 +246,7 @@ static void get_stats(serve *s, serve_reply *out) {
 
 static void get_info(serve *s, serve_reply *out) {
   cli_jsonw w;
-  if (serve_json_open(out, &w, 8192) != 0) return;
+  if (serve_json_open(out, &w, (size_t)1 << 20) != 0) return;
   cli_jsonw_open(&w);
   cli_jsonw_str(&w, "version", idem_version());
   cli_jsonw_str(&w, "log", s->log);
@@ -253,6 +254,7 @@ static void get_info(serve *s, serve_reply *out) {
   cli_jsonw_raw(&w, "policy", s->policy ? "true" : "false");
   cli_jsonw_str(&w, "csrf", s->read_only ? NULL : s->csrf);
   cli_jsonw_num(&w, "now", cli_wall_ms());
+  serve_notes_json(&w, "tool_notices"); /* idem mcp --console's */
   cli_jsonw_close(&w);
   serve_json_done(out, 200, &w);
   out->set_csrf = !s->read_only;

@@ -12,6 +12,8 @@
 **       cannot know, a replay writes nothing.  A console that only serves
 **       counts its own verdicts; run the console in the process that
 **       serves the calls to see theirs.
+**   idem_mcp_*   what the MCP gateway of this process (idem mcp --console)
+**       said of its server's tools (notes.c); 0 in idem serve.
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -214,6 +216,22 @@ static int process_part(cli_outbuf *b) {
   return err;
 }
 
+/* The MCP gateway's part. */
+static int mcp_part(cli_outbuf *b) {
+  long long unnamed, changed;
+  serve_notes_count(&unnamed, &changed);
+  return putf(b,
+              "# HELP idem_mcp_tools_unnamed Tools the server listed that "
+              "the policy does not name (classed from their annotations).\n"
+              "# TYPE idem_mcp_tools_unnamed gauge\n"
+              "idem_mcp_tools_unnamed %lld\n",
+              unnamed) ||
+         counter(b, "idem_mcp_tool_annotation_changes_total",
+                 "Changes of a tool's annotations between tools/list "
+                 "answers, each counted once.",
+                 changed);
+}
+
 void serve_metrics(serve *s, serve_reply *out) {
   cli_outbuf b;
   int rc;
@@ -224,7 +242,7 @@ void serve_metrics(serve *s, serve_reply *out) {
     serve_error(out, 500, "reading the log: %s", idem_guard_errmsg(s->g));
     return;
   }
-  if (rc || process_part(&b) || !b.p) {
+  if (rc || process_part(&b) || mcp_part(&b) || !b.p) {
     cli_outbuf_free(&b);
     serve_error(out, 500, "out of memory");
     return;

@@ -2,7 +2,8 @@
 ** serve.h - `idem serve`, the operator's console (docs/CONSOLE.md): what
 ** its parts share.  serve.c listens and guards every request; api.c answers
 ** /api/...; metrics.c answers /metrics; reply.c makes the JSON answers
-** both use.  The page's files are embedded by the build (serve_assets.c,
+** both use; notes.c keeps what an MCP gateway in the process said about
+** its server's tools.  The page's files are embedded by the build (serve_assets.c,
 ** made by cmake/embed.cmake from cli/serve/assets).
 */
 #ifndef IDEM_CLI_SERVE_H
@@ -88,6 +89,19 @@ int serve_json_open(serve_reply *out, cli_jsonw *w, size_t cap);
 void serve_json_done(serve_reply *out, unsigned status, cli_jsonw *w);
 /* Drop w unsent (an answer that became an error). */
 void serve_json_drop(cli_jsonw *w);
+
+/* ---- notes.c: the MCP gateway's notices on its server's tools ------------ */
+
+/* A tools/list named a tool the policy does not (UNNAMED), or changed a
+** tool's annotations (CHANGED): said by `idem mcp` (cli/mcp/tools.c) once
+** per tool and change, in the words of its idem: line.  Any thread. */
+enum { SERVE_TOOL_UNNAMED = 1, SERVE_TOOL_CHANGED = 2 };
+void serve_note_tool(int kind, const char *tool, const char *what);
+/* How many of each were said in this process. */
+void serve_notes_count(long long *unnamed, long long *changed);
+/* Member key of w: the first 256 notices, oldest first, each
+** {"tool", "kind": "unnamed" | "annotations_changed", "message", "at"}. */
+void serve_notes_json(cli_jsonw *w, const char *key);
 
 /* The embedded files of the page. */
 typedef struct serve_asset {
