@@ -127,4 +127,4 @@ await cA.close();
 await cB.close();
 const e = await g.stop();
 check(e.sig !== "SIGKILL" && !sanitizerSaid(g.stderr()), "the gateway stops on SIGTERM, nothing from the sanitizers", e, g.stderr());
-await finish();
+await finish(dir);

@@ -125,4 +125,4 @@ await section("b", async () => {
   await up.stop();
 });
 
-await finish();
+await finish(dir);

@@ -12,7 +12,14 @@ import { spawn, execFileSync } from "node:child_process";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
-import { idem, here, check, done, sanitizerSaid } from "./lib.mjs";
+import { idem, here, check as libCheck, done, sanitizerSaid } from "./lib.mjs";
+
+// lib.mjs's check(), counted here: finish() keeps a failed test's files
+let failed = 0;
+export function check(cond, what, ...detail) {
+  if (!cond) failed++;
+  libCheck(cond, what, ...detail);
+}
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export const statusOf = (r) => r?.structuredContent?.status ?? r?._meta?.["io.idem/status"];
@@ -75,8 +82,11 @@ export async function section(name, f) {
     check(false, `${name}: the section ran to its end`, String(e?.stack ?? e));
   }
 }
-export async function finish() {
+// Stops every child; removes dir when all passed, else says where it is.
+export async function finish(dir) {
   await stopAll();
+  if (dir && !failed) fs.rmSync(dir, { recursive: true, force: true });
+  else if (dir) console.log(`     (kept ${dir})`);
   done();
 }
 
@@ -302,4 +312,4 @@ export const showRecord = (log, session, callId) => {
   }
 };
 
-export { idem, here, check, sanitizerSaid };
+export { idem, here, sanitizerSaid };

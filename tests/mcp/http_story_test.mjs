@@ -409,4 +409,4 @@ check(e1.sig !== "SIGKILL" && !sanitizerSaid(g1.stderr()), "the gateway stops on
 check(gateways.every((g) => !g.stderr().includes(KEY) && !g.stderr().includes(ITOK)),
       "no gateway's stderr holds a secret it was given");
 check(!bytesOf(logFile).includes(KEY) && !bytesOf(logFile).includes(ITOK), "the log's bytes hold neither secret");
-await finish();
+await finish(dir);
