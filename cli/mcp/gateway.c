@@ -260,7 +260,8 @@ static void to_http_client(gw *w, const char *line, size_t len) {
   const gw_who *who = NULL;
   static int said;
   if (p) who = p->kind == P_FWD ? p->who : p->c ? p->c->who : NULL;
-  if (front_server_msg(w->front, who ? who->frid : 0, who ? who->sid : NULL,
+  if (front_server_msg(w->front, who ? who->frid : 0,
+                       who ? who->sid : w->rel_sid[0] ? w->rel_sid : NULL,
                        line, len) &&
       !said++)
     cli_err("a message of the server's reached no client (no request or "
@@ -519,8 +520,10 @@ static void from_http_server(gw *w) {
   while (m) {
     up_msg *nx = m->next;
     w->rel = m->rel;
+    w->rel_sid = m->sid;
     on_server_line(w, m->line, m->len, 0);
     w->rel = 0;
+    w->rel_sid = "";
     free(m);
     m = nx;
   }
@@ -884,6 +887,7 @@ int cmd_mcp(int argc, char **argv) {
   }
   if (!(w = calloc(1, sizeof *w))) gw_oom();
   w->session = session;
+  w->rel_sid = "";
   w->max_message = max_message;
   random_name("", w->nonce, sizeof w->nonce);
   rc = idem_policy_load(policy_path, &w->policy);

@@ -126,6 +126,7 @@ struct gw {
   gw_who *who;       /* who sent the client message being handled       */
   long long rel;     /* the request the server message being handled    */
                      /* came about (its answer stream's), or 0          */
+  const char *rel_sid; /* else the idem session whose stream it came on */
   const char **id_keys; /* _meta members that name a call (--call-id-meta) */
   int nid_keys;
   void *tools_seen; /* tools.c: what tools/list said before */

@@ -47,6 +47,7 @@ typedef struct up_opts {
 typedef struct up_msg {
   struct up_msg *next;
   long long rel;
+  char sid[48]; /* the idem session whose upstream session sent it, or "" */
   size_t len;
   char line[];
 } up_msg;

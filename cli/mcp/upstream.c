@@ -59,9 +59,10 @@
 #define RESUMES 3
 #define ERR_BODY ((size_t)64 << 10) /* of a failed answer, kept for the client */
 
-enum { X_POST = 1, X_RESUME, X_REINIT };
+enum { X_POST = 1, X_RESUME, X_GET };
 
 typedef struct usess {
+  struct xfer *get; /* its GET stream for the server's own messages */
   char *key;        /* the idem session ("" for none) */
   char *sid;        /* the server's Mcp-Session-Id, or NULL */
   char *init;       /* the initialize last sent for it, to send again */
@@ -87,7 +88,7 @@ typedef struct xfer {
   mcp_sse sse;
   cli_outbuf raw;
   char *sess_hdr, *www_auth, *ctype;
-  int got_answer, resumes, too_big;
+  int got_answer, resumes, too_big, events;
   struct xfer *next;
 } xfer;
 
@@ -154,7 +155,8 @@ static long long gateway_id(const json_t *id) {
 
 /* One message (JSON text: its raw newlines, whitespace only, made blanks)
 ** to the loop. */
-static void deliver(upstream *u, long long rel, const char *p, size_t n) {
+static void deliver(upstream *u, long long rel, const char *key,
+                    const char *p, size_t n) {
   up_msg *m = malloc(sizeof *m + n + 1);
   unsigned char b = 1;
   if (!m) {
@@ -163,6 +165,7 @@ static void deliver(upstream *u, long long rel, const char *p, size_t n) {
   }
   m->next = NULL;
   m->rel = rel;
+  snprintf(m->sid, sizeof m->sid, "%s", key ? key : "");
   m->len = n;
   for (size_t i = 0; i < n; i++)
     m->line[i] = p[i] == '\n' || p[i] == '\r' ? ' ' : p[i];
@@ -204,7 +207,7 @@ static void made_up(xfer *x, int code, const char *why) {
     cli_err("out of memory");
     exit(EXIT_FAIL);
   }
-  deliver(u, x->gid, text, strlen(text));
+  deliver(u, x->gid, x->key, text, strlen(text));
   free(text);
   json_decref(e);
 }
@@ -254,7 +257,8 @@ static void on_event(void *ctx, const char *data, size_t n, int oversized) {
       mcp_msg_free(&m);
     }
   }
-  deliver(x->u, x->gid, data, n);
+  x->events++;
+  deliver(x->u, x->gid, x->key, data, n);
 }
 
 static void started(xfer *x) {
@@ -350,7 +354,7 @@ static void start(upstream *u, xfer *x) {
   x->started = x->is_sse = x->is_json = x->too_big = 0;
   x->status = 0;
   x->raw.len = 0;
-  if (x->kind != X_RESUME) { /* a resume keeps the last event id */
+  if (x->kind == X_POST) { /* a resumed or reopened stream keeps its last id */
     mcp_sse_free(&x->sse);
     mcp_sse_init(&x->sse, u->o.max_message);
   } else {
@@ -409,6 +413,9 @@ static void start(upstream *u, xfer *x) {
 }
 
 static void xfer_free(xfer *x) {
+  usess *s;
+  for (s = x->u->sessions; s; s = s->next)
+    if (s->get == x) s->get = NULL;
   mcp_sse_free(&x->sse);
   cli_outbuf_free(&x->raw);
   curl_slist_free_all(x->hdrs);
@@ -509,6 +516,41 @@ static int reinitialize(upstream *u, usess *s, const char *auth) {
   return 0;
 }
 
+static void xfer_free(xfer *x);
+
+/* The session's GET stream: what the server says outside any request
+** (a list that changed, a resource updated) reaches the session's client. */
+static void open_stream(upstream *u, usess *s, const char *auth,
+                        const char *proto) {
+  xfer *g;
+  if (s->get || u->closing) return;
+  if (!(g = calloc(1, sizeof *g))) exit(EXIT_FAIL);
+  g->u = u;
+  g->kind = X_GET;
+  g->key = dup0(s->key);
+  g->auth = dup0(auth);
+  g->proto = dup0(proto);
+  cli_outbuf_init(&g->raw, (size_t)-1);
+  mcp_sse_init(&g->sse, u->o.max_message);
+  g->next = u->xs;
+  u->xs = g;
+  s->get = g;
+  start(u, g);
+}
+
+/* Stop a transfer in flight (a session's GET stream at its end). */
+static void cancel(upstream *u, xfer *x) {
+  xfer **pp = &u->xs;
+  if (x->h) {
+    curl_multi_remove_handle(u->m, x->h);
+    curl_easy_cleanup(x->h);
+    u->running--;
+  }
+  while (*pp && *pp != x) pp = &(*pp)->next;
+  if (*pp) *pp = x->next;
+  xfer_free(x);
+}
+
 /* A transfer ended (res: how libcurl ended it). */
 static void finished(upstream *u, xfer *x, CURLcode res) {
   usess *s = session(u, x->key);
@@ -521,6 +563,22 @@ static void finished(upstream *u, xfer *x, CURLcode res) {
     free(s->sid);
     s->sid = x->sess_hdr;
     x->sess_hdr = NULL;
+    open_stream(u, s, x->auth, x->proto);
+  }
+  if (x->kind == X_GET) {
+    /* the session's own stream: opened again while it carries messages
+    ** (a server may end it to make the client reconnect); a server that
+    ** has none (405), or one that ends it at once, is let be */
+    if (s->get == x) s->get = NULL;
+    if (res == CURLE_OK && x->status == 200 && x->events && !u->closing &&
+        s->sid) {
+      x->events = 0;
+      x->kind = X_GET;
+      s->get = x;
+      start(u, x);
+      return;
+    }
+    goto done;
   }
   if (res == CURLE_OK && x->status == 404 && s->sid && !x->reinit_done &&
       x->kind == X_POST && !x->initialize) {
@@ -654,6 +712,7 @@ static void end_session(upstream *u, const char *key) {
   for (; *pp; pp = &(*pp)->next)
     if (!strcmp((*pp)->key, key)) {
       usess *s = *pp;
+      if (s->get) cancel(u, s->get);
       if (s->sid) own_request(u, s, "DELETE", NULL, NULL, NULL);
       *pp = s->next;
       free(s->key);
@@ -696,6 +755,9 @@ static void *run(void *arg) {
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
         finished(u, x, msg->data.result);
       }
+    if (closing)
+      for (usess *s = u->sessions; s; s = s->next)
+        if (s->get) cancel(u, s->get);
     if (closing && (!u->xs || cli_mono_ms() >= close_by)) break;
     curl_multi_poll(u->m, NULL, 0, closing ? 50 : 1000, NULL);
   }
