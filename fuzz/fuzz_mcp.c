@@ -10,7 +10,9 @@
 ** its text; splicing a new id into a message that parsed gives a JSON text
 ** whose id is the new one; merging into _meta gives a JSON text whose
 ** _meta holds the merged member; a tools/list-like value classifies to one
-** of the three classes; a status result reads as applied or not applied.
+** of the three classes; a status result reads as applied or not applied;
+** a policy drafted from a tools/list-like result (draft.c) is one that
+** idem_policy_parse accepts.
 */
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,6 +52,24 @@ static void verdict_of(const json_t *result, const char *raw, size_t len) {
     abort();
 }
 
+/* Whatever the server listed, --suggest-policy's draft is a valid policy. */
+static void draft_of(const json_t *root) {
+  const json_t *tools = json_object_get(json_object_get(root, "result"),
+                                        "tools");
+  mcp_draft_info info;
+  json_t *d = mcp_draft_policy(tools ? tools : root, &info);
+  char *text = d ? json_dumps(d, JSON_INDENT(2)) : NULL;
+  idem_policy *p = NULL;
+  if (!text || idem_policy_parse(text, strlen(text), "draft", &p) != IDEM_OK ||
+      idem_policy_tool_count(p) != info.tools ||
+      info.guarded + info.read_only != info.tools ||
+      info.with_status > info.guarded)
+    abort();
+  idem_policy_free(p);
+  free(text);
+  json_decref(d);
+}
+
 static void check_line(void *ctx, const char *line, size_t len, int oversized) {
   mcp_msg m;
   char err[300];
@@ -82,6 +102,7 @@ static void check_line(void *ctx, const char *line, size_t len, int oversized) {
       }
       json_decref(add);
     }
+    draft_of(m.root);
     {
       int cls = mcp_class_of(m.params);
       if (cls != IDEM_CLASS_GUARDED && cls != IDEM_CLASS_READ_ONLY &&

@@ -807,6 +807,9 @@ int cmd_mcp(int argc, char **argv) {
   int ch, rc, code = EXIT_FAIL, stdout_flags;
   struct sigaction sa;
 
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+    if (strcmp(argv[i], "--suggest-policy") == 0) /* suggest.c */
+      return mcp_suggest(argc, argv);
   while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
     switch (ch) {
     case 'p': policy_path = optarg; break;

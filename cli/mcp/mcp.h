@@ -143,5 +143,25 @@ typedef int (*mcp_verdict_fn)(void *ctx, const char *text, size_t len);
 int mcp_verdict(const json_t *result, const char *raw, size_t len,
                 mcp_verdict_fn fn, void *ctx);
 
+/* ---- a policy drafted from tools/list (draft.c, suggest.c) ------------------ */
+
+/* What a draft holds, and what of the listing it left out. */
+typedef struct mcp_draft_info {
+  size_t tools, guarded, read_only; /* rules written                  */
+  size_t with_status;               /* guarded rules given a status   */
+  size_t skipped;  /* entries without a name (not a non-empty string)  */
+  size_t repeated; /* names listed again: the first entry was kept     */
+} mcp_draft_info;
+
+/* The draft policy (docs/MCP.md, "Drafting a policy") for the tools a
+** server listed: the "tools" arrays of every tools/list page in one array,
+** as sent; anything in it may be malformed, and the draft is still a
+** policy idem_policy_parse accepts.  A new object (json_decref it), or
+** NULL when memory ran out. */
+json_t *mcp_draft_policy(const json_t *tools, mcp_draft_info *info);
+
+/* `idem mcp --suggest-policy ... -- COMMAND [ARGS...] | URL`: connect,
+** list the tools, print the draft on stdout; an exit status (cli.h). */
+int mcp_suggest(int argc, char **argv);
 
 #endif /* IDEM_MCP_H */
