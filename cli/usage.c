@@ -145,6 +145,8 @@ static const cli_help helps[] = {
      "See docs/MCP.md.\n"
      "\n"
      "  --policy FILE      the policy (docs/POLICY.md)\n"
+     "  --suggest-policy   print a draft policy for the server's tools and\n"
+     "                     exit, for a person to edit (takes only --header)\n"
      "  --log URL          the attempt log (default $IDEM_LOG, else\n"
      "                     $XDG_STATE_HOME/idem/attempts.db)\n"
      "  --session ID       the session of calls without one in _meta\n"
