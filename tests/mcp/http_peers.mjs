@@ -1,5 +1,5 @@
 // What the Streamable HTTP tests of `idem mcp` share (http_story_test.mjs,
-// http_oauth_test.mjs, http_callers_test.mjs; http_lib.mjs adapts it):
+// http_oauth_test.mjs, http_callers_test.mjs):
 // starting the peers (http_payments_server.mjs, oauth_server.mjs) and the
 // gateway with --listen, SDK clients over StreamableHTTPClientTransport, a
 // raw HTTP client for what the SDK will not send, an OAuthClientProvider
