@@ -28,7 +28,8 @@
 //     reach the client unchanged (the SDK client throws its 401)
 //  h. a stdio client, the gateway with its own credential (--header
 //     'Authorization: Bearer {$env:UPSTREAM_KEY}'): one refund, a replay;
-//     the key is in none of idem's command line, stderr, log
+//     the key is in none of idem's command line, stderr, log; a wrong key
+//     gets the provider's 401, and its value shows nowhere either
 //  i. the HTTP front with its own credential: clients authenticate with
 //     $IDEM_MCP_TOKEN (else, on loopback, not at all); the provider gets the
 //     gateway's key, never the client's token
@@ -282,6 +283,24 @@ await section("h", async () => {
   check(!gw.stderr().includes(KEY), "h: ... nor in its stderr", gw.stderr());
   check(!bytesOf(logFile).includes(KEY), "h: ... nor in the log's bytes (log.db, -wal, -shm)");
   check(exit.code === 0 && !sanitizerSaid(gw.stderr()), "h: the gateway exits 0 when the client closes", exit, gw.stderr());
+});
+
+// ---- h2: a wrong own credential: the provider's 401, and the value nowhere
+await section("h2", async () => {
+  const WRONG = "sk_wrong_" + Math.random().toString(36).slice(2);
+  let gw, said = "", stderr = "";
+  try {
+    gw = await connect({ log, session: "stdio", server: [up2.url],
+                         extra: ["--header", "Authorization: Bearer {$env:UPSTREAM_KEY}"], env: { UPSTREAM_KEY: WRONG } });
+    const r = await refund(gw.client, "o-wrong", 1, { "io.idem/call_id": "w1" });
+    said = JSON.stringify(r);
+  } catch (e) {
+    said = String(e?.stack ?? e);
+  }
+  if (gw) { stderr = gw.stderr(); await bounded(gw.close(), 10000, "the gateway to exit").catch(() => {}); stderr = gw.stderr(); }
+  console.log(`     (told: ${said.slice(0, 200)})`);
+  check(refunds("o-wrong") === 0 && !said.includes(WRONG) && !stderr.includes(WRONG) && !bytesOf(logFile).includes(WRONG),
+        "h2: a wrong key: nothing refunded, and its value is in no answer, no stderr, no log", said.slice(0, 600), stderr);
 });
 
 // ---- i: the HTTP front with the gateway's own credential
