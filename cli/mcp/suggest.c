@@ -151,18 +151,18 @@ static int take(conn *c, const char *text, size_t len, long long id,
   if (m.kind != MCP_RESPONSE || !json_is_number(m.id) ||
       json_number_value(m.id) != (double)id) {
     if (m.kind == MCP_REQUEST && !c->http) { /* ping, or refused */
-      int ping = strcmp(m.method, "ping") == 0;
+      int bad;
       cli_outbuf_init(&o, MAX_MESSAGE);
-      if (ping)
-        (void)(cli_outbuf_str(&o, "{\"jsonrpc\":\"2.0\",\"id\":") ||
-               cli_outbuf_put(&o, text + m.id_s, m.id_e - m.id_s) ||
-               cli_outbuf_str(&o, ",\"result\":{}}\n"));
+      if (strcmp(m.method, "ping") == 0)
+        bad = cli_outbuf_str(&o, "{\"jsonrpc\":\"2.0\",\"id\":") ||
+              cli_outbuf_put(&o, text + m.id_s, m.id_e - m.id_s) ||
+              cli_outbuf_str(&o, ",\"result\":{}}\n");
       else
-        mcp_put_error(&o, text + m.id_s, m.id_e - m.id_s, -32601,
-                      "Method not found: idem mcp --suggest-policy answers "
-                      "no requests");
-      if (o.len && cli_write_all(c->to, o.p, o.len)) { /* it will tell */
-      }
+        bad = mcp_put_error(&o, text + m.id_s, m.id_e - m.id_s, -32601,
+                            "Method not found: idem mcp --suggest-policy "
+                            "answers no requests");
+      /* a write that fails: the server is gone, and the read says so */
+      if (!bad) (void)cli_write_all(c->to, o.p, o.len);
       cli_outbuf_free(&o);
     }
     mcp_msg_free(&m);
@@ -283,7 +283,8 @@ static int stdio_rpc(conn *c, const char *msg, size_t len, long long id,
   }
 }
 
-/* Close its stdin, then SIGTERM, then SIGKILL, each after GRACE_MS. */
+/* Close its stdin, then SIGTERM, then SIGKILL, each after GRACE_MS (a
+** server that is gone already: just the pipes). */
 static void stdio_end(conn *c) {
   if (c->to >= 0) close(c->to);
   c->to = -1;
@@ -340,6 +341,14 @@ static const char *curl_load(char *why, size_t n) {
   return NULL;
 }
 
+/* Append a header line to *h; 0, or -1 when memory ran out (*h kept). */
+static int add_header(struct curl_slist **h, const char *line) {
+  struct curl_slist *t = cu.curl_slist_append(*h, line);
+  if (!t) return -1;
+  *h = t;
+  return 0;
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
   conn *c = ctx;
   return cli_outbuf_put(&c->body, p, size * n) ? 0 : size * n;
@@ -351,7 +360,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *ctx) {
   size_t len = size * n, k;
   char *dst = NULL;
   size_t cap = 0;
-  if (len > 15 && strncasecmp(p, "Mcp-Session-Id:", 15) == 0) {
+  if (len > 15 && strncasecmp(p, "Mcp-Session-Id:", 15) == 0 &&
+      strcmp(c->method, "initialize") == 0) {
     dst = c->sid, cap = sizeof c->sid, p += 15, len -= 15;
   } else if (len > 13 && strncasecmp(p, "Content-Type:", 13) == 0) {
     dst = c->ctype, cap = sizeof c->ctype, p += 13, len -= 13;
@@ -387,34 +397,25 @@ static const char *excerpt(conn *c, char *out, size_t n) {
 /* One request: POST msg (or with msg NULL, DELETE); the status, or -1
 ** after an error was said. */
 static long http_do(conn *c, const char *msg, size_t len) {
-  struct curl_slist *h = NULL, *t;
-  char line[700], cerr[CURL_ERROR_SIZE];
+  struct curl_slist *h = NULL;
+  char sid[600], proto[100], cerr[CURL_ERROR_SIZE];
   long status = 0;
   CURLcode rc;
-  int ok = 1;
+  int err = 0;
   CURL *e = c->easy;
   c->body.len = 0;
   c->ctype[0] = '\0';
   cerr[0] = '\0';
-  for (int i = 0; i < c->nhdr && ok; i++)
-    ok = (t = cu.curl_slist_append(h, c->hdr[i])) != NULL && (h = t);
-  if (msg) {
-    ok = ok && (t = cu.curl_slist_append(h, "Content-Type: application/json")) &&
-         (h = t) &&
-         (t = cu.curl_slist_append(
-              h, "Accept: application/json, text/event-stream")) &&
-         (h = t);
-  }
-  if (ok && c->sid[0]) {
-    snprintf(line, sizeof line, "Mcp-Session-Id: %s", c->sid);
-    ok = (t = cu.curl_slist_append(h, line)) && (h = t);
-  }
-  if (ok && c->proto[0]) {
-    snprintf(line, sizeof line, "MCP-Protocol-Version: %s", c->proto);
-    ok = (t = cu.curl_slist_append(h, line)) && (h = t);
-  }
-  ok = ok && (t = cu.curl_slist_append(h, "Expect:")) && (h = t);
-  if (!ok) {
+  snprintf(sid, sizeof sid, "Mcp-Session-Id: %s", c->sid);
+  snprintf(proto, sizeof proto, "MCP-Protocol-Version: %s", c->proto);
+  for (int i = 0; i < c->nhdr; i++) err |= add_header(&h, c->hdr[i]);
+  if (msg)
+    err |= add_header(&h, "Content-Type: application/json") ||
+           add_header(&h, "Accept: application/json, text/event-stream");
+  if (c->sid[0]) err |= add_header(&h, sid);
+  if (c->proto[0]) err |= add_header(&h, proto);
+  err |= add_header(&h, "Expect:"); /* no 100-continue round trip */
+  if (err) {
     cu.curl_slist_free_all(h);
     return fail(c, EXIT_FAIL, "out of memory");
   }
@@ -735,19 +736,17 @@ nomem:
 /* A URL as shown: scheme, host and path; no user, password or query. */
 static void show_url(const char *url, char *out, size_t n) {
   const char *s = strstr(url, "://"), *host, *at, *end;
+  size_t len;
   if (!s) {
     snprintf(out, n, "the server");
     return;
   }
   host = s + 3;
   end = host + strcspn(host, "/?#");
-  at = memchr(host, '@', (size_t)(end - host));
-  if (at) host = at + 1;
+  if ((at = memchr(host, '@', (size_t)(end - host))) != NULL) host = at + 1;
+  len = strcspn(host, "?#");
   snprintf(out, n, "the server at %.*s%.*s", (int)(s + 3 - url), url,
-           (int)(host + strcspn(host, "?#") - host < 300
-                     ? host + strcspn(host, "?#") - host
-                     : 300),
-           host);
+           (int)(len < 300 ? len : 300), host);
 }
 
 static int is_url(const char *s) {
@@ -833,7 +832,7 @@ int mcp_suggest(int argc, char **argv) {
 out:
   if (c.http)
     http_end(&c);
-  else if (c.pid)
+  else
     stdio_end(&c);
   if (text) {
     if (info.skipped)
