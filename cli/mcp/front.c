@@ -31,6 +31,12 @@
 ** no cancellation of the action: in 2026-07-28 it cancels the request,
 ** and the gateway keeps its own upstream request to the end).
 **
+** A request must arrive whole within REQUEST_S of its start, whatever it
+** trickles (a watchdog shuts the socket of one that does not), and a body
+** over the bound is read and dropped before its 413 (an answer sent while
+** the client still sends reaches it as a reset), unless the client waits
+** for leave to send (Expect: 100-continue).
+**
 ** The wall, before anything is passed on: Host must name this address
 ** (DNS rebinding), an Origin when sent must be an allowed one, a body is
 ** bounded, JSON, one message (no batch), with a MCP-Protocol-Version this
@@ -51,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -64,6 +71,8 @@
 #define BUCKETS 256
 #define WAIT_MS 200 /* how often a waiting thread looks at its socket */
 #define WELL_KNOWN_MAX ((size_t)1 << 20)
+#define REQUEST_S 30 /* a request's headers and body arrive within this */
+#define DRAIN_MAX ((size_t)64 << 20) /* read past a refused body, then close */
 
 static const char *const versions[] = {"2024-11-05", "2025-03-26", "2025-06-18",
                                        "2025-11-25", "2026-07-28"};
@@ -104,10 +113,23 @@ typedef struct freq {
   struct freq *next; /* in its bucket */
 } freq;
 
+/* One connection, for the watchdog: a client that trickles its request
+** (a byte now and then restarts libmicrohttpd's idle clock) is cut off
+** REQUEST_S after the request began, so it cannot hold a thread and a
+** connection slot for ever. */
+typedef struct fconn {
+  int fd;
+  long long since; /* the request being read began (ms), or 0: answering */
+  struct fconn *prev, *next;
+} fconn;
+
 /* One connection's request, as libmicrohttpd hands it over in pieces. */
 typedef struct hreq {
   cli_outbuf body;
   int refused;
+  size_t drained;  /* bytes of a refused body read and dropped */
+  int too_big;     /* answer 413 once the body is read (or DRAIN_MAX) */
+  fconn *conn;
   freq *r;
 } hreq;
 
@@ -122,6 +144,10 @@ struct front {
   long long next_frid;
   front_in *in, *in_tail;
   int said_oauth;
+  fconn *conns;
+  pthread_t watchdog;
+  int watching, stopping;
+  pthread_cond_t stop_cv;
 };
 
 /* ---- small things ------------------------------------------------------------------ */
@@ -168,6 +194,20 @@ static int same_secret(const char *a, const char *b) {
 
 static const char *header(struct MHD_Connection *c, const char *name) {
   return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+/* Does header name, when sent, hold a NUL (which would cut it short for
+** every check that reads it as a string)?  libmicrohttpd 0.9.75 itself
+** keeps a value only up to a NUL, so the checks see what comes before it
+** and nothing after it counts; a version that keeps the length is caught
+** here. */
+static int header_has_nul(struct MHD_Connection *c, const char *name) {
+  const char *v = NULL;
+  size_t n = 0;
+  if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, strlen(name), &v,
+                                    &n) != MHD_YES || !v)
+    return 0;
+  return strlen(v) != n;
 }
 
 static void wake(front *f) {
@@ -585,6 +625,72 @@ static enum MHD_Result well_known(front *f, struct MHD_Connection *c,
   return ok;
 }
 
+/* ---- the watchdog --------------------------------------------------------------------- */
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code) {
+  front *f = cls;
+  fconn *k = *socket_ctx;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!(k = calloc(1, sizeof *k))) oom();
+    k->fd = ci ? ci->connect_fd : -1;
+    k->since = cli_mono_ms();
+    pthread_mutex_lock(&f->mu);
+    k->next = f->conns;
+    if (f->conns) f->conns->prev = k;
+    f->conns = k;
+    pthread_mutex_unlock(&f->mu);
+    *socket_ctx = k;
+  } else if (k) { /* closed: before libmicrohttpd closes its socket */
+    pthread_mutex_lock(&f->mu);
+    if (k->prev)
+      k->prev->next = k->next;
+    else
+      f->conns = k->next;
+    if (k->next) k->next->prev = k->prev;
+    pthread_mutex_unlock(&f->mu);
+    free(k);
+    *socket_ctx = NULL;
+  }
+}
+
+/* The connection record of c (its socket context), or NULL. */
+static fconn *conn_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+static void set_since(front *f, fconn *k, long long when) {
+  if (!k) return;
+  pthread_mutex_lock(&f->mu);
+  k->since = when;
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Once a second: a request still arriving after REQUEST_S is cut off (its
+** socket shut down; libmicrohttpd then closes the connection). */
+static void *watch(void *arg) {
+  front *f = arg;
+  pthread_mutex_lock(&f->mu);
+  while (!f->stopping) {
+    struct timespec ts;
+    long long now = cli_mono_ms();
+    for (fconn *k = f->conns; k; k = k->next)
+      if (k->since && now - k->since > REQUEST_S * 1000L && k->fd >= 0) {
+        shutdown(k->fd, SHUT_RDWR);
+        k->since = 0;
+      }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    pthread_cond_timedwait(&f->stop_cv, &f->mu, &ts);
+  }
+  pthread_mutex_unlock(&f->mu);
+  return NULL;
+}
+
 /* ---- a POST ------------------------------------------------------------------------- */
 
 /* An answer the upstream client made up from an HTTP failure (up.h), with
@@ -854,6 +960,7 @@ static enum MHD_Result on_get(front *f, struct MHD_Connection *c, hreq *h,
   s->get = r;
   pthread_mutex_unlock(&f->mu);
   h->r = r;
+  set_since(f, h->conn, 0);
   resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r,
                                            sse_free);
   if (!resp) return MHD_NO;
@@ -877,10 +984,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     const char *auth = header(c, MHD_HTTP_HEADER_AUTHORIZATION);
     const char *clen = header(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
     int known = !proto;
+    static const char *const checked[] = {
+        MHD_HTTP_HEADER_HOST, "Origin", "Mcp-Session-Id",
+        MHD_HTTP_HEADER_AUTHORIZATION, "MCP-Protocol-Version",
+        MHD_HTTP_HEADER_CONTENT_TYPE};
     if (!(h = calloc(1, sizeof *h))) return MHD_NO;
     cli_outbuf_init(&h->body, f->o.max_body);
     *ptr = h;
     h->refused = 1; /* until it passes the wall */
+    h->conn = conn_of(c);
+    for (size_t i = 0; i < sizeof checked / sizeof *checked; i++)
+      if (header_has_nul(c, checked[i]) ||
+          (f->o.caller_header && header_has_nul(c, f->o.caller_header)))
+        return reply_error(c, 400, NULL, 0, -32600,
+                           "idem: refused: the header %s holds a NUL byte",
+                           checked[i]);
+    if (clen && header(c, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+      return reply_error(c, 400, NULL, 0, -32600,
+                         "idem: refused: both Content-Length and "
+                         "Transfer-Encoding (RFC 9112 6.3)");
     if (!host_ok(f, header(c, MHD_HTTP_HEADER_HOST)))
       return reply_error(c, 403, NULL, 0, -32600,
                          "idem: refused: Host %s does not name this gateway",
@@ -916,12 +1038,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                          "gateway knows",
                          proto);
     if (!strcmp(method, "POST")) {
-      if (clen && strtoull(clen, NULL, 10) > f->o.max_body)
-        return reply_error(c, 413, NULL, 0, -32600,
-                           "idem: message larger than %zu bytes refused (idem "
-                           "mcp --max-message)",
-                           f->o.max_body);
       h->refused = 0;
+      /* too big: read it (to DRAIN_MAX) and drop it, then say 413 - an
+      ** answer sent while the client still sends reaches it as a reset */
+      if (clen && strtoull(clen, NULL, 10) > f->o.max_body) {
+        const char *expect = header(c, MHD_HTTP_HEADER_EXPECT);
+        if (expect && !strcasecmp(expect, "100-continue")) /* it waits */
+          return reply_error(c, 413, NULL, 0, -32600,
+                             "idem: message larger than %zu bytes refused "
+                             "(idem mcp --max-message)",
+                             f->o.max_body);
+        h->too_big = 1;
+      }
       return MHD_YES;
     }
     if (!strcmp(method, "GET")) {
@@ -959,19 +1087,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     }
   }
   if (*upload_size) {
-    if (!h->refused && cli_outbuf_put(&h->body, upload, *upload_size)) {
+    if (!h->too_big && cli_outbuf_put(&h->body, upload, *upload_size)) {
+      h->too_big = 1;
+      h->drained = h->body.len;
+      cli_outbuf_free(&h->body);
+    }
+    if (h->too_big) h->drained += *upload_size;
+    *upload_size = 0;
+    if (h->too_big && h->drained > DRAIN_MAX) {
       h->refused = 1;
-      *upload_size = 0;
       return reply_error(c, 413, NULL, 0, -32600,
                          "idem: message larger than %zu bytes refused (idem "
                          "mcp --max-message)",
                          f->o.max_body);
     }
-    *upload_size = 0;
     return MHD_YES;
   }
   if (h->refused) return MHD_YES; /* its answer is queued */
   h->refused = 1;                   /* answered once */
+  set_since(f, h->conn, 0);         /* read whole: the watchdog lets it be */
+  if (h->too_big)
+    return reply_error(c, 413, NULL, 0, -32600,
+                       "idem: message larger than %zu bytes refused (idem "
+                       "mcp --max-message)",
+                       f->o.max_body);
   return on_post(f, c, h);
 }
 
@@ -981,6 +1120,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **ptr,
   hreq *h = *ptr;
   (void)c;
   if (!h) return;
+  set_since(f, h->conn, cli_mono_ms()); /* keep-alive: the next request's */
   if (h->r) {
     freq *r = h->r;
     pthread_mutex_lock(&f->mu);
@@ -1030,7 +1170,8 @@ front *front_start(const front_opts *o) {
   f->d = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, f, MHD_OPTION_LISTEN_SOCKET, fd,
       MHD_OPTION_NOTIFY_COMPLETED, on_done, f, MHD_OPTION_EXTERNAL_LOGGER,
-      on_mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT,
+      on_mhd_log, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, f,
+      MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_CONNECTION_LIMIT,
       (unsigned)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
   if (!f->d) {
@@ -1040,6 +1181,8 @@ front *front_start(const front_opts *o) {
     free(f);
     return NULL;
   }
+  pthread_cond_init(&f->stop_cv, NULL);
+  f->watching = pthread_create(&f->watchdog, NULL, watch, f) == 0;
   return f;
 }
 
@@ -1055,7 +1198,11 @@ void front_stop(front *f) {
       r->ended = 1;
       pthread_cond_signal(&r->cv);
     }
+  f->stopping = 1;
+  pthread_cond_signal(&f->stop_cv);
   pthread_mutex_unlock(&f->mu);
+  if (f->watching) pthread_join(f->watchdog, NULL);
+  pthread_cond_destroy(&f->stop_cv);
   MHD_stop_daemon(f->d);
   while ((m = front_take(f)))
     while (m) {

@@ -229,6 +229,9 @@ static usess *session(upstream *u, const char *key) {
 
 static void on_event(void *ctx, const char *data, size_t n, int oversized) {
   xfer *x = ctx;
+  size_t i = 0;
+  while (data && i < n && strchr(" \t\r\n", data[i])) i++;
+  if (data && i == n) return; /* no message: a priming event (its id kept) */
   if (oversized) {
     if (x->gid) {
       /* it may be the answer: the call ended without a readable one */
