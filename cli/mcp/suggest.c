@@ -22,10 +22,11 @@
 ** where it is the message whose id is the request's (other messages on the
 ** stream are passed over).  The Mcp-Session-Id the initialize answer gives
 ** goes on every later request with MCP-Protocol-Version, and goodbye is a
-** DELETE of the session.  libcurl is loaded with dlopen() the first time a
-** URL is asked for, as libidem loads it (src/dl.c: it maps some thirty
-** libraries that every other run of idem should not pay for).  Redirects
-** are not followed; a URL's user and query are not shown in messages.
+** DELETE of the session.  libcurl is loaded the first time a URL is asked
+** for (curlfn.h: it maps some thirty libraries that every other run of
+** idem should not pay for).  One easy handle, one request at a time;
+** redirects are not followed; a URL's user and query are not shown in
+** messages.
 **
 ** --header values may hold {$env:NAME}, expanded from the environment
 ** here (an unset NAME is an error that names it).  A header's value is
@@ -57,13 +58,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "curlfn.h"
 #include "mcp.h"
-
-#if IDEM_HTTP
-#define CURL_DISABLE_TYPECHECK /* curl_easy_setopt is a table entry here */
-#include <curl/curl.h>
-#include <dlfcn.h>
-#endif
 
 #define DEADLINE_MS 30000
 #define GRACE_MS 2000
@@ -305,45 +301,9 @@ static void stdio_end(conn *c) {
 
 /* ---- HTTP ----------------------------------------------------------------------- */
 
-#if IDEM_HTTP
-#define CURL_FUNCS(X)                                                          \
-  X(curl_global_init) X(curl_easy_init) X(curl_easy_setopt)                    \
-  X(curl_easy_perform) X(curl_easy_getinfo) X(curl_easy_strerror)              \
-  X(curl_easy_cleanup) X(curl_slist_append) X(curl_slist_free_all)
-
-static struct {
-#define X(f) __typeof__(f) *f;
-  CURL_FUNCS(X)
-#undef X
-} cu;
-
-/* Load libcurl ($IDEM_LIBCURL, else libcurl.so.4); NULL or why not. */
-static const char *curl_load(char *why, size_t n) {
-  const char *file = secure_getenv("IDEM_LIBCURL");
-  void *h = dlopen(file && *file ? file : "libcurl.so.4",
-                   RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    snprintf(why, n, "a URL needs libcurl (%s); install the package "
-             "libcurl4", dlerror());
-    return why;
-  }
-#define X(f)                                                                   \
-  if (!(*(void **)&cu.f = dlsym(h, #f))) {                                     \
-    snprintf(why, n, "a URL needs libcurl (%s missing)", #f);                  \
-    return why;                                                                \
-  }
-  CURL_FUNCS(X)
-#undef X
-  if (cu.curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-    snprintf(why, n, "a URL needs libcurl (curl_global_init failed)");
-    return why;
-  }
-  return NULL;
-}
-
 /* Append a header line to *h; 0, or -1 when memory ran out (*h kept). */
 static int add_header(struct curl_slist **h, const char *line) {
-  struct curl_slist *t = cu.curl_slist_append(*h, line);
+  struct curl_slist *t = curl_slist_append(*h, line);
   if (!t) return -1;
   *h = t;
   return 0;
@@ -416,29 +376,29 @@ static long http_do(conn *c, const char *msg, size_t len) {
   if (c->proto[0]) err |= add_header(&h, proto);
   err |= add_header(&h, "Expect:"); /* no 100-continue round trip */
   if (err) {
-    cu.curl_slist_free_all(h);
+    curl_slist_free_all(h);
     return fail(c, EXIT_FAIL, "out of memory");
   }
-  cu.curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-  cu.curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
   if (msg) {
-    cu.curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
-    cu.curl_easy_setopt(e, CURLOPT_POSTFIELDS, msg);
-    cu.curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, msg);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
   } else {
-    cu.curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-    cu.curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
   }
-  rc = cu.curl_easy_perform(e);
-  cu.curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-  cu.curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
-  cu.curl_slist_free_all(h);
+  rc = curl_easy_perform(e);
+  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
+  curl_slist_free_all(h);
   if (rc == CURLE_WRITE_ERROR)
     return fail(c, EXIT_DATA, "%s answered %s with more than %zu bytes",
                 c->where, c->method, MAX_MESSAGE);
   if (rc != CURLE_OK)
     return fail(c, EXIT_FAIL, "%s did not answer %s: %s", c->where,
-                c->method, *cerr ? cerr : cu.curl_easy_strerror(rc));
+                c->method, *cerr ? cerr : curl_easy_strerror(rc));
   return status;
 }
 
@@ -519,25 +479,24 @@ static int http_rpc(conn *c, const char *msg, size_t len, long long id,
 }
 
 static int http_start(conn *c) {
-  char why[400];
+  const char *why = cli_curl_need();
   CURL *e;
-  if (curl_load(why, sizeof why))
-    return fail(c, EXIT_FAIL, "%s", why);
-  if (!(e = cu.curl_easy_init())) return fail(c, EXIT_FAIL, "out of memory");
+  if (why) return fail(c, EXIT_FAIL, "a URL needs %s", why);
+  if (!(e = curl_easy_init())) return fail(c, EXIT_FAIL, "out of memory");
   c->easy = e;
-  cu.curl_easy_setopt(e, CURLOPT_URL, c->url);
-  cu.curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  cu.curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  cu.curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  cu.curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)DEADLINE_MS);
-  cu.curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-  cu.curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
-  cu.curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-  cu.curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+  curl_easy_setopt(e, CURLOPT_URL, c->url);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)DEADLINE_MS);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
   {
     char ua[64];
     snprintf(ua, sizeof ua, "idem/%s", idem_version());
-    cu.curl_easy_setopt(e, CURLOPT_USERAGENT, ua); /* copied by libcurl */
+    curl_easy_setopt(e, CURLOPT_USERAGENT, ua); /* copied by libcurl */
   }
   return 0;
 }
@@ -547,25 +506,13 @@ static void http_end(conn *c) {
   if (c->sid[0]) { /* goodbye; any answer will do (405: no DELETE here) */
     int code = c->code;
     c->method = "the end of the session (DELETE)";
-    cu.curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)GRACE_MS);
+    curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)GRACE_MS);
     http_do(c, NULL, 0);
     c->code = code; /* said, but the draft stands */
   }
-  cu.curl_easy_cleanup(c->easy);
+  curl_easy_cleanup(c->easy);
   c->easy = NULL;
 }
-#else
-static int http_start(conn *c) {
-  return fail(c, EXIT_FAIL, "a URL needs HTTP support, and this idem was "
-              "built without libcurl's headers (libcurl4-openssl-dev)");
-}
-static int http_rpc(conn *c, const char *msg, size_t len, long long id,
-                    json_t **result) {
-  (void)msg, (void)len, (void)id, (void)result;
-  return http_start(c);
-}
-static void http_end(conn *c) { (void)c; }
-#endif
 
 /* ---- the conversation ------------------------------------------------------------- */
 

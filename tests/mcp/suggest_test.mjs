@@ -129,6 +129,9 @@ echo.p.kill();
 r = await suggest(["http://127.0.0.1:1/mcp"]);
 check(r.code === 1 && /the server at http:\/\/127\.0\.0\.1:1\/mcp did not answer initialize: /.test(r.err),
       "nothing listening: one line", r.err);
+r = await suggest(["http://127.0.0.1:1/mcp"], [], { IDEM_LIBCURL: "/nonexistent/libcurl.so.4" });
+check(r.code === 1 && /^idem: a URL needs libcurl \(.*\); install the package libcurl4\n$/.test(r.err),
+      "without libcurl: one line saying what to install", r.code, r.err);
 r = await suggest(["http://127.0.0.1:1/mcp", "extra"]);
 check(r.code === 2, "a URL takes no arguments", r.code, r.err);
 r = await suggest(server, ["--header", "A: b"]);
