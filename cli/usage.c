@@ -169,7 +169,7 @@ static const cli_help helps[] = {
      "  --call-id-meta KEY a _meta member that holds the client's tool-call\n"
      "                     id (claudecode/toolUseId is always read)\n"
      "  --allow-origin O   an Origin allowed beyond loopback's own\n"
-     "  --max-connections N  HTTP clients at once (default 256)\n"},
+     "  --max-connections N  HTTP connections at once (default 1024)\n"},
     {"__run", NULL, ""},
     {"ls", "list the records of the attempt log",
      "usage: idem ls [--log URL] [--session S] [--state STATE] [--in-doubt]\n"

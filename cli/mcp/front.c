@@ -696,7 +696,9 @@ static void *watch(void *arg) {
 /* An answer the upstream client made up from an HTTP failure (up.h), with
 ** this run's nonce: its status, headers and the upstream's body. */
 static int http_answer(front *f, const char *text, size_t len, json_t **out) {
-  json_t *root = json_loadb(text, len, 0, NULL), *d;
+  json_t *root, *d;
+  if (!memmem(text, len, UP_HTTP_KEY, sizeof UP_HTTP_KEY - 1)) return 0;
+  root = json_loadb(text, len, 0, NULL);
   d = json_object_get(
       json_object_get(json_object_get(root, "error"), "data"), UP_HTTP_KEY);
   if (!d || !json_is_string(json_object_get(d, "gateway")) ||
@@ -789,18 +791,21 @@ static enum MHD_Result on_post(front *f, struct MHD_Connection *c, hreq *h) {
   if (!ctype || strncasecmp(ctype, "application/json", 16))
     return reply_error(c, 415, NULL, 0, -32600,
                        "idem: a POST to /mcp carries application/json");
-  if (!(root = json_loadb(h->body.p ? h->body.p : "", len, 0, &je)))
-    return reply_error(c, 400, NULL, 0, -32700,
-                       "Parse error: idem: %s (line %d, column %d)", je.text,
-                       je.line, je.column);
-  if (json_is_array(root)) {
-    json_decref(root);
-    return reply_error(c, 400, NULL, 0, -32600,
-                       "Invalid Request: idem: a batch (a JSON array) is not "
-                       "taken; send one message per POST");
+  {
+    size_t i = 0;
+    while (i < len && strchr(" \t\r\n", h->body.p[i])) i++;
+    if (i < len && h->body.p[i] == '[') {
+      if (!(root = json_loadb(h->body.p, len, 0, &je)))
+        return reply_error(c, 400, NULL, 0, -32700,
+                           "Parse error: idem: %s (line %d, column %d)",
+                           je.text, je.line, je.column);
+      json_decref(root);
+      return reply_error(c, 400, NULL, 0, -32600,
+                         "Invalid Request: idem: a batch (a JSON array) is "
+                         "not taken; send one message per POST");
+    }
   }
-  json_decref(root);
-  line = dupn(h->body.p, len);
+  line = dupn(h->body.p ? h->body.p : "", len);
   for (size_t i = 0; i < len; i++)
     if (line[i] == '\n' || line[i] == '\r') line[i] = ' ';
   if (mcp_msg_parse(line, len, &m, err, sizeof err)) {
@@ -1171,7 +1176,8 @@ front *front_start(const front_opts *o) {
       flags, 0, NULL, NULL, on_request, f, MHD_OPTION_LISTEN_SOCKET, fd,
       MHD_OPTION_NOTIFY_COMPLETED, on_done, f, MHD_OPTION_EXTERNAL_LOGGER,
       on_mhd_log, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, f,
-      MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_CONNECTION_LIMIT,
+      MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_THREAD_STACK_SIZE,
+      (size_t)256 << 10, MHD_OPTION_CONNECTION_LIMIT,
       (unsigned)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
   if (!f->d) {
