@@ -799,7 +799,7 @@ int cmd_mcp(int argc, char **argv) {
   const char **id_keys = NULL, **origins = NULL;
   char **headers = NULL;
   int nid_keys = 0, norigins = 0, nheaders = 0, own_auth = 0;
-  size_t max_conns = 256;
+  size_t max_conns = 1024;
   serve *con = NULL;
   char sessbuf[64];
   size_t max_message = DEFAULT_MAX_MESSAGE;
