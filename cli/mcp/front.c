@@ -738,8 +738,7 @@ static enum MHD_Result answer_json(front *f, struct MHD_Connection *c,
                 "the metadata names) or with its own credential (--header "
                 "'Authorization: Bearer {$env:NAME}')",
                 f->url);
-      json_decref(h);
-      return reply_error(
+      ok = reply_error(
           c, 502, r->orig_id, r->orig_len, -32001,
           "idem: the upstream asks for OAuth, and its metadata names its own "
           "URL, not %s, so a client's discovery through idem must fail; run "
@@ -747,6 +746,8 @@ static enum MHD_Result answer_json(front *f, struct MHD_Connection *c,
           "or give idem its own credential (--header 'Authorization: Bearer "
           "{$env:NAME}') - the upstream said: %s",
           f->url, www);
+      json_decref(h);
+      return ok;
     }
     resp = MHD_create_response_from_buffer(body ? strlen(body) : 0,
                                            (void *)(body ? body : ""),
