@@ -352,76 +352,11 @@ static int set_flags(int fd, int add) {
   return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | add);
 }
 
-/* The file to run for command name (found on PATH when it has no slash),
-** into buf; 0 or an errno. */
-static int find_program(const char *name, char *buf, size_t n) {
-  const char *path = getenv("PATH"), *p, *e;
-  int err = ENOENT;
-  if (!*name) return ENOENT;
-  if (strchr(name, '/')) {
-    snprintf(buf, n, "%s", name);
-    return 0;
-  }
-  for (p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";; p = e + 1) {
-    size_t dl;
-    e = strchr(p, ':');
-    if (!e) e = p + strlen(p);
-    dl = (size_t)(e - p);
-    if ((size_t)snprintf(buf, n, "%.*s%s%s", (int)dl, p, dl ? "/" : "",
-                         name) < n) {
-      if (access(buf, X_OK) == 0) return 0;
-      if (errno == EACCES) err = EACCES;
-    }
-    if (!*e) return err;
-  }
-}
-
-/*
-** Start the server with pipes on its stdin and stdout; 0 or an errno.  The
-** attempt log is open by now and its threads run, so between fork and exec
-** the child calls only async-signal-safe functions (no malloc, no lock
-** another thread may hold): the program is found on PATH before the fork.
-*/
+/* Start the server (spawn.c) with non-blocking pipes on its stdin and
+** stdout; 0 or an errno. */
 static int spawn(gw *w, char **argv) {
-  int in[2], out[2], err[2], e = 0;
-  pid_t pid, parent = getpid();
-  ssize_t k;
-  char prog[4096];
-  struct sigaction dfl;
-  if ((e = find_program(argv[0], prog, sizeof prog))) return e;
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
-    return errno;
-  pid = fork();
-  if (pid < 0) return errno;
-  if (pid == 0) {
-    /* the server dies with us, and is signalled by us alone */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(127); /* we died before the prctl */
-    setpgid(0, 0);
-    sigaction(SIGPIPE, &dfl, NULL);
-    if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0) _exit(127);
-    execve(prog, argv, environ);
-    e = errno;
-    if (write(err[1], &e, sizeof e) < 0) _exit(127);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  close(err[1]);
-  do k = read(err[0], &e, sizeof e);
-  while (k < 0 && errno == EINTR);
-  close(err[0]);
-  if (k == (ssize_t)sizeof e) {
-    waitpid(pid, NULL, 0);
-    close(in[1]);
-    close(out[0]);
-    return e;
-  }
-  w->child = pid;
-  w->to_srv = in[1];
-  w->from_srv = out[0];
+  int e = mcp_spawn(argv, &w->child, &w->to_srv, &w->from_srv);
+  if (e) return e;
   set_flags(w->to_srv, O_NONBLOCK);
   set_flags(w->from_srv, O_NONBLOCK);
   return 0;

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "buf.h"
 
@@ -125,6 +126,12 @@ void mcp_sse_free(mcp_sse *s);
 /* Feed bytes; fn is called for every whole event.  -1: out of memory. */
 int mcp_sse_feed(mcp_sse *s, const char *p, size_t n, mcp_sse_fn fn,
                  void *ctx);
+
+/* ---- a server over stdio (spawn.c) ------------------------------------------- */
+
+/* Start argv (found on PATH) with pipes on its stdin (*to) and stdout
+** (*from), in a process group of its own, dying with us; 0 or an errno. */
+int mcp_spawn(char **argv, pid_t *child, int *to, int *from);
 
 /* ---- tools ------------------------------------------------------------------------- */
 

@@ -190,40 +190,9 @@ static int take(conn *c, const char *text, size_t len, long long id,
 
 extern char **environ;
 
-/* Start argv with pipes on its stdin and stdout; 0 or an errno. */
+/* Start argv with pipes on its stdin and stdout (spawn.c); 0 or an errno. */
 static int spawn(conn *c, char **argv) {
-  int in[2], out[2], err[2], e = 0;
-  pid_t pid, parent = getpid();
-  ssize_t k;
-  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
-    return errno;
-  if ((pid = fork()) < 0) return errno;
-  if (pid == 0) { /* one thread here: execvp may look the program up */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(127);
-    signal(SIGPIPE, SIG_DFL);
-    if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0) _exit(127);
-    execvp(argv[0], argv);
-    e = errno;
-    if (write(err[1], &e, sizeof e) < 0) _exit(127);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  close(err[1]);
-  do k = read(err[0], &e, sizeof e);
-  while (k < 0 && errno == EINTR);
-  close(err[0]);
-  if (k == (ssize_t)sizeof e) {
-    waitpid(pid, NULL, 0);
-    close(in[1]);
-    close(out[0]);
-    return e;
-  }
-  c->pid = pid;
-  c->to = in[1];
-  c->from = out[0];
-  return 0;
+  return mcp_spawn(argv, &c->pid, &c->to, &c->from);
 }
 
 /* The server's output ended: say how, in words. */
