@@ -156,7 +156,7 @@ static const cli_help helps[] = {
      "                     process too (its address and token on stderr):\n"
      "                     its /metrics then count this gateway's calls\n"
      "  --listen HOST:PORT serve clients over Streamable HTTP at /mcp\n"
-     "                     (loopback by default; its URL on stderr); with\n"
+     "                     (PORT alone: on 127.0.0.1; its URL on stderr); with\n"
      "                     $IDEM_MCP_TOKEN set, clients must present it\n"
      "  --header 'N: V'    an HTTP upstream's header ({$env:NAME} is the\n"
      "                     variable); an Authorization here is idem's own\n"

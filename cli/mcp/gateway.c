@@ -900,6 +900,11 @@ int cmd_mcp(int argc, char **argv) {
   }
   if (listen) {
     const char *token = getenv("IDEM_MCP_TOKEN");
+    char loop_addr[64];
+    if (!strchr(listen, ':')) { /* a port alone: on loopback */
+      snprintf(loop_addr, sizeof loop_addr, "127.0.0.1:%.20s", listen);
+      listen = loop_addr;
+    }
     front_opts fo = {listen,        max_message, (int)max_conns,
                      origins,       norigins,    caller_header,
                      token && *token ? token : NULL,
