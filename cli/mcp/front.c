@@ -731,7 +731,7 @@ static enum MHD_Result answer_json(front *f, struct MHD_Connection *c,
     struct MHD_Response *resp;
     if (st == 401 && www && strstr(www, "resource_metadata") &&
         !f->o.public_url) {
-      if (!f->said_oauth++)
+      if (!__atomic_fetch_add(&f->said_oauth, 1, __ATOMIC_RELAXED))
         cli_err("the upstream asks for OAuth (its 401 names resource "
                 "metadata); a client cannot authorize through idem at %s: "
                 "run idem mcp with --public-url (idem standing at the URL "
