@@ -121,9 +121,11 @@ void *gw_worker(void *arg) {
     c = w->qhead;
     w->qhead = c->qnext;
     if (!w->qhead) w->qtail = NULL;
+    w->busy++; /* neither queued nor done: still the loop's to wait for */
     pthread_mutex_unlock(&w->mu);
     run_job(c);
     pthread_mutex_lock(&w->mu);
+    w->busy--;
     c->qnext = w->done;
     w->done = c;
     if (write(w->wake[1], "j", 1) < 0) { /* the pipe is full: already woken */

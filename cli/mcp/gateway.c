@@ -416,7 +416,7 @@ static void server_closed(gw *w) {
 static int jobs_idle(gw *w) {
   int idle;
   pthread_mutex_lock(&w->mu);
-  idle = !w->qhead && !w->done;
+  idle = !w->qhead && !w->done && !w->busy;
   pthread_mutex_unlock(&w->mu);
   return idle;
 }

@@ -118,6 +118,7 @@ struct gw {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   gcall *qhead, *qtail, *done;
+  int busy; /* jobs a worker is running */
   int stop;
   int wake[2], sig[2];
   /* the HTTP sides (SPEC §10b): NULL where the peer is stdio */
