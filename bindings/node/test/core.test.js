@@ -218,7 +218,10 @@ test('the event loop is never blocked: a 1 ms heartbeat while 32 calls ' +
   const took = performance.now() - t0;
   clearInterval(beat);
   assert.ok(took >= 250, `the calls waited for the lock (${took} ms)`);
-  assert.ok(gap < 20, `largest gap ${gap.toFixed(1)} ms`);
+  // blocked, the loop would miss its beat for the whole 300 ms the lock is
+  // held; a busy machine (a sanitizer build, the other tests) delays a beat
+  // by tens of ms, which is no blocking: half the hold tells them apart
+  assert.ok(gap < 150, `largest gap ${gap.toFixed(1)} ms`);
   const ok = rs.filter((r) => r.status === 'fulfilled' &&
     r.value.status === 'succeeded').length;
   assert.equal(ok, 32, JSON.stringify(rs.find((r) => r.status !==
