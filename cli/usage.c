@@ -127,7 +127,7 @@ static const cli_help helps[] = {
      "                [--listen HOST:PORT] [--header 'Name: value']...\n"
      "                [--public-url URL] [--caller-header NAME]\n"
      "                [--call-id-meta KEY]... [--allow-origin ORIGIN]...\n"
-     "                [--max-connections N]\n"
+     "                [--max-connections N] [--request-timeout S]\n"
      "                -- COMMAND [ARGS...] | URL\n"
      "\n"
      "Run the MCP server COMMAND as a child (or reach the MCP server at an\n"
@@ -169,7 +169,9 @@ static const cli_help helps[] = {
      "  --call-id-meta KEY a _meta member that holds the client's tool-call\n"
      "                     id (claudecode/toolUseId is always read)\n"
      "  --allow-origin O   an Origin allowed beyond loopback's own\n"
-     "  --max-connections N  HTTP connections at once (default 1024)\n"},
+     "  --max-connections N  HTTP connections at once (default 1024)\n"
+     "  --request-timeout S  an HTTP request arrives whole within S seconds,\n"
+     "                     or its connection is cut (default 30)\n"},
     {"__run", NULL, ""},
     {"ls", "list the records of the attempt log",
      "usage: idem ls [--log URL] [--session S] [--state STATE] [--in-doubt]\n"

@@ -15,6 +15,7 @@ typedef struct front_opts {
   const char *listen;        /* HOST:PORT                                   */
   size_t max_body;           /* one message's bound (--max-message)         */
   int max_connections;
+  int request_s;             /* a request arrives whole within this (s)     */
   const char **origins;      /* --allow-origin, beyond loopback's own       */
   int norigins;
   const char *caller_header; /* --caller-header: names the caller, or NULL  */

@@ -726,6 +726,7 @@ int cmd_mcp(int argc, char **argv) {
       {"call-id-meta", required_argument, NULL, 'i'},
       {"allow-origin", required_argument, NULL, 'o'},
       {"max-connections", required_argument, NULL, 'n'},
+      {"request-timeout", required_argument, NULL, 'T'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *policy_path = NULL, *log = NULL, *session = NULL;
@@ -734,7 +735,7 @@ int cmd_mcp(int argc, char **argv) {
   const char **id_keys = NULL, **origins = NULL;
   char **headers = NULL;
   int nid_keys = 0, norigins = 0, nheaders = 0, own_auth = 0;
-  size_t max_conns = 1024;
+  size_t max_conns = 1024, request_s = 30;
   serve *con = NULL;
   char sessbuf[64];
   size_t max_message = DEFAULT_MAX_MESSAGE;
@@ -781,6 +782,10 @@ int cmd_mcp(int argc, char **argv) {
     }
     case 'n':
       if (cli_parse_size("--max-connections", optarg, 1, 100000, &max_conns))
+        return EXIT_USAGE;
+      break;
+    case 'T':
+      if (cli_parse_size("--request-timeout", optarg, 1, 3600, &request_s))
         return EXIT_USAGE;
       break;
     case 'm':
@@ -881,8 +886,13 @@ int cmd_mcp(int argc, char **argv) {
   w->id_keys = id_keys;
   w->nid_keys = nid_keys;
   if (upstream_url) {
-    up_opts uo = {upstream_url, headers,  nheaders,     own_auth,
-                  max_message,  w->nonce, w->wake[1]};
+    up_opts uo = {.url = upstream_url,
+                  .headers = headers,
+                  .nheaders = nheaders,
+                  .own_auth = own_auth,
+                  .max_message = max_message,
+                  .nonce = w->nonce,
+                  .wake_fd = w->wake[1]};
     char err[300];
     if (!(w->up = up_start(&uo, err, sizeof err))) {
       cli_err("%s", err);
@@ -905,11 +915,19 @@ int cmd_mcp(int argc, char **argv) {
       snprintf(loop_addr, sizeof loop_addr, "127.0.0.1:%.20s", listen);
       listen = loop_addr;
     }
-    front_opts fo = {listen,        max_message, (int)max_conns,
-                     origins,       norigins,    caller_header,
-                     token && *token ? token : NULL,
-                     !own_auth,     public_url,  upstream_url,
-                     w->nonce,      w->wake[1]};
+    front_opts fo = {.listen = listen,
+                     .max_body = max_message,
+                     .max_connections = (int)max_conns,
+                     .request_s = (int)request_s,
+                     .origins = origins,
+                     .norigins = norigins,
+                     .caller_header = caller_header,
+                     .token = token && *token ? token : NULL,
+                     .pass_auth = !own_auth,
+                     .public_url = public_url,
+                     .upstream_url = upstream_url,
+                     .nonce = w->nonce,
+                     .wake_fd = w->wake[1]};
     if (!(w->front = front_start(&fo))) goto out;
     fprintf(stderr, "idem mcp: listening on %s\n", front_url(w->front));
     fflush(stderr);

@@ -37,7 +37,8 @@ const statusOf = (r) => r?._meta?.["io.idem/status"] ?? (r?.isError ? "failed" :
 const dir = tmpdir("httphostile");
 const up = await startUpstream(dir, `${dir}/ledger`);
 const gw = where(await startGateway({ policy: path.join(here, "policy.json"), log: `sqlite:${dir}/log.db`,
-                                      upstream: up.url, extra: ["--session", "hostile"] }));
+                                      upstream: up.url,
+                                      extra: ["--session", "hostile", "--request-timeout", "5"] }));
 console.log(`gateway at ${gw.url}, upstream ${path.basename(up.script)} at ${up.url}`);
 const ledger = () => ledgerOf(up.ledger);
 
