@@ -113,6 +113,7 @@ struct upstream {
   up_msg *out, *out_tail;
   int eof;
   /* the thread's own */
+  int stopping; /* closing, as this thread last read it */
   usess *sessions;
   xfer *xs;
   int running;
@@ -526,7 +527,7 @@ static void xfer_free(xfer *x);
 static void open_stream(upstream *u, usess *s, const char *auth,
                         const char *proto) {
   xfer *g;
-  if (s->get || u->closing) return;
+  if (s->get || u->stopping) return;
   if (!(g = calloc(1, sizeof *g))) exit(EXIT_FAIL);
   g->u = u;
   g->kind = X_GET;
@@ -573,7 +574,7 @@ static void finished(upstream *u, xfer *x, CURLcode res) {
     ** (a server may end it to make the client reconnect); a server that
     ** has none (405), or one that ends it at once, is let be */
     if (s->get == x) s->get = NULL;
-    if (res == CURLE_OK && x->status == 200 && x->events && !u->closing &&
+    if (res == CURLE_OK && x->status == 200 && x->events && !u->stopping &&
         s->sid) {
       x->events = 0;
       x->kind = X_GET;
@@ -613,7 +614,7 @@ static void finished(upstream *u, xfer *x, CURLcode res) {
             "--max-message)");
     goto done;
   }
-  if (x->is_sse && x->sse.has_id && x->resumes < RESUMES && !u->closing) {
+  if (x->is_sse && x->sse.has_id && x->resumes < RESUMES && !u->stopping) {
     /* the stream dropped before the answer: resume it where it was */
     x->resumes++;
     x->kind = X_RESUME;
@@ -737,7 +738,7 @@ static void *run(void *arg) {
     pthread_mutex_lock(&u->mu);
     q = u->in;
     u->in = u->in_tail = NULL;
-    closing = u->closing;
+    closing = u->stopping = u->closing; /* the thread's own copy */
     if (closing && !close_by) close_by = cli_mono_ms() + u->grace_ms;
     pthread_mutex_unlock(&u->mu);
     while (q) {
