@@ -9,7 +9,7 @@
 #               by its browser test (tests/console/browser_test.mjs)
 
 JOBS ?= 2
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 15
 
 TORTURE_N ?= 2000
 TORTURE_J ?= 2
