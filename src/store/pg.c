@@ -1200,6 +1200,21 @@ static unsigned long long random_base(void) {
          (unsigned long long)t.tv_sec ^ ((unsigned long long)getpid() << 40);
 }
 
+int idem__pg_password_given(const char *url) {
+  PQconninfoOption *opts, *o;
+  char *err = NULL;
+  int given = 0;
+  if (idem__dl_need(&libpq) != NULL) return -1;
+  if (!(opts = PQconninfoParse(url, &err))) {
+    if (err) PQfreemem(err);
+    return -1;
+  }
+  for (o = opts; o->keyword; o++)
+    if (strcmp(o->keyword, "password") == 0 && o->val && *o->val) given = 1;
+  PQconninfoFree(opts);
+  return given;
+}
+
 int idem__pg_open(const char *url, idem__store **out) {
   char shown[300], *err = NULL;
   const char *missing;
