@@ -602,12 +602,23 @@ static int decide(idem_step *s);
 static int decide_existing(idem_step *s, idem_record *r);
 static int decide_fenced(idem_step *s, idem_record *e);
 
-/* We lost a race on the record: read it again and decide anew. */
+/* We lost a race on the record: read it again and decide anew.  Callers
+** of one action racing each other (transport retries of one call id, each
+** with its status check) can change it under us again and again; after
+** RACE_LIMIT of them the others are at work on it, and that is what this
+** caller hears: in_progress, to repeat the same call for its outcome.
+** Never a failure, nor a word that the log could not record it: a harness
+** maps a failure to "failed", and its re-issue is then a new decision
+** while the action may well have succeeded (issue 35). */
 static int lost_race(idem_step *s, idem_record *now) {
   idem_record_free(now);
   if (++s->races > RACE_LIMIT)
-    return gfail(s->g, IDEM_BUSY, "the action %s/%s keeps changing under us",
-                 s->session, s->call_id);
+    return answer(s, IDEM_ANSWER_IN_PROGRESS, 0, 0, NULL, NULL,
+                  "This %s call is being carried out by other callers of "
+                  "the same call id right now. Do not call it again with a "
+                  "new call id; repeat this same call (same call id) in a "
+                  "moment to get its outcome.",
+                  s->tool);
   return decide(s);
 }
 
