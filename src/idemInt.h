@@ -428,10 +428,10 @@ int idem__store_open(const char *url, idem__store **out);
 int idem__sqlite_open(const char *path, idem__store **out);
 /* store/pg.c: url is any libpq connection string. */
 int idem__pg_open(const char *url, idem__store **out);
-/* Does libpq's own parse of url give it a password (1), none (0), or can
-** it not tell (-1: no libpq, or not a connection string)?  Every spelling
-** libpq reads as one counts (a percent-escaped key in a URI's query). */
-int idem__pg_password_given(const char *url);
+/* url as messages show it (idem__store_shown_url), and a URI's whole query
+** string hidden when libpq's own parse finds a password in it under any
+** spelling it reads as one (a percent-escaped key). */
+void idem__pg_shown(const char *url, char *buf, size_t size);
 /* The NOT NULL field that rec lacks ("the record" when rec is NULL), or
 ** NULL when it has them all. */
 const char *idem__record_missing(const idem_record *rec);

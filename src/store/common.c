@@ -300,36 +300,7 @@ static const char *shown(const char *url, char *buf, size_t size) {
   return buf;
 }
 
-/*
-** A PostgreSQL URI's query string may name its password in a spelling the
-** words above do not see: libpq decodes percent-escapes in keys, so
-** ?%70assword=SECRET is a password.  libpq's own parse says whether the
-** string gives one; when it does, the query string is not shown at all
-** (nor when libpq cannot tell and the query has escapes).
-*/
-static int hidden_password(const char *url) {
-  const char *q = strchr(url, '?');
-  int given;
-  if (!q || (strncmp(url, "postgres://", 11) && strncmp(url, "postgresql://", 13)))
-    return 0;
-  given = idem__pg_password_given(url);
-  return given == 1 || (given < 0 && strchr(q, '%'));
-}
-
 void idem__store_shown_url(const char *url, char *buf, size_t size) {
   const char *s = shown(url, buf, size);
   if (s != buf) snprintf(buf, size, "%s", s);
-  if (hidden_password(url)) {
-    char *q = strchr(buf, '?');
-    if (q && (size_t)(q - buf) + 5 <= size) memcpy(q, "?***", 5);
-  }
-}
-
-void idem_log_shown(const char *url, char *buf, size_t size) {
-  if (!buf || !size) return;
-  if (!url) {
-    buf[0] = '\0';
-    return;
-  }
-  idem__store_shown_url(url, buf, size);
 }

@@ -1200,7 +1200,7 @@ static unsigned long long random_base(void) {
          (unsigned long long)t.tv_sec ^ ((unsigned long long)getpid() << 40);
 }
 
-int idem__pg_password_given(const char *url) {
+static int pg_password_given(const char *url) {
   PQconninfoOption *opts, *o;
   char *err = NULL;
   int given = 0;
@@ -1215,6 +1215,30 @@ int idem__pg_password_given(const char *url) {
   return given;
 }
 
+/*
+** A PostgreSQL URI's query string may name its password in a spelling the
+** words above do not see: libpq decodes percent-escapes in keys, so
+** ?%70assword=SECRET is a password.  libpq's own parse says whether the
+** string gives one; when it does, the query string is not shown at all
+** (nor when libpq cannot tell and the query has escapes).
+*/
+static int hidden_password(const char *url) {
+  const char *q = strchr(url, '?');
+  int given;
+  if (!q || (strncmp(url, "postgres://", 11) && strncmp(url, "postgresql://", 13)))
+    return 0;
+  given = pg_password_given(url);
+  return given == 1 || (given < 0 && strchr(q, '%'));
+}
+
+void idem__pg_shown(const char *url, char *buf, size_t size) {
+  idem__store_shown_url(url, buf, size);
+  if (hidden_password(url)) {
+    char *q = strchr(buf, '?');
+    if (q && (size_t)(q - buf) + 5 <= size) memcpy(q, "?***", 5);
+  }
+}
+
 int idem__pg_open(const char *url, idem__store **out) {
   char shown[300], *err = NULL;
   const char *missing;
@@ -1226,7 +1250,7 @@ int idem__pg_open(const char *url, idem__store **out) {
   long long deadline;
   if (!out) return IDEM_MISUSE;
   *out = NULL;
-  idem__store_shown_url(url, shown, sizeof shown);
+  idem__pg_shown(url, shown, sizeof shown);
   if ((missing = idem__dl_need(&libpq)) != NULL)
     return idem__store_fail(out, IDEM_STORE, "attempt log \"%.200s\" needs %s",
                             shown, missing);

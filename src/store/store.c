@@ -123,3 +123,15 @@ int idem__store_open(const char *url, idem__store **out) {
                           "sqlite:PATH, a plain path or postgres://...)",
                           (idem__store_shown_url(url, buf, sizeof buf), buf));
 }
+
+void idem_log_shown(const char *url, char *buf, size_t size) {
+  if (!buf || !size) return;
+  if (!url) {
+    buf[0] = '\0';
+    return;
+  }
+  if (!strncmp(url, "postgres://", 11) || !strncmp(url, "postgresql://", 13))
+    idem__pg_shown(url, buf, size);
+  else
+    idem__store_shown_url(url, buf, size);
+}
