@@ -398,7 +398,6 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
   return (ssize_t)k;
 }
 
-static void sse_free(void *cls) { (void)cls; /* freed when the request completes */ }
 
 /* ---- the loop's side ---------------------------------------------------------------- */
 
@@ -921,7 +920,7 @@ static enum MHD_Result on_post(front *f, struct MHD_Connection *c, hreq *h) {
     pthread_mutex_unlock(&f->mu);
     free(e);
     resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read,
-                                             r, sse_free);
+                                             r, NULL);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             "text/event-stream");
@@ -969,7 +968,7 @@ static enum MHD_Result on_get(front *f, struct MHD_Connection *c, hreq *h,
   h->r = r;
   set_since(f, h->conn, 0);
   resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r,
-                                           sse_free);
+                                           NULL); /* r: on_done's */
   if (!resp) return MHD_NO;
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                           "text/event-stream");

@@ -577,7 +577,6 @@ static void finished(upstream *u, xfer *x, CURLcode res) {
     if (res == CURLE_OK && x->status == 200 && x->events && !u->stopping &&
         s->sid) {
       x->events = 0;
-      x->kind = X_GET;
       s->get = x;
       start(u, x);
       return;
@@ -682,8 +681,7 @@ static void begin(upstream *u, qmsg *q) {
   x->key = dup0(q->who && q->who->sid ? q->who->sid : "");
   x->auth = dup0(q->who ? q->who->auth : NULL);
   x->proto = dup0(q->who ? q->who->proto : NULL);
-  cli_outbuf_init(&x->raw, (size_t)-1);
-  mcp_sse_init(&x->sse, u->o.max_message);
+  cli_outbuf_init(&x->raw, (size_t)-1); /* start() makes its SSE reader */
   if (mcp_msg_parse(x->body, x->len, &m, err, sizeof err) == 0) {
     if (m.method) x->method = dup0(m.method);
     if (m.kind == MCP_REQUEST) x->gid = gateway_id(m.id);
